@@ -1,0 +1,213 @@
+/*
+ * lilims: small language models on the device.  The public C API.
+ *
+ * This is the only header an app includes.  It is plain C (C99), usable from
+ * C, C++, Objective-C and Swift.  Every function returns a lilims_status; when
+ * it is not LILIMS_OK, lilims_last_error() returns a message that says what
+ * went wrong ("[gguf] tensor blk.0.ffn_down.weight has type Q6_K, ...").
+ *
+ * Handles are opaque.  One lilims_model may be shared by several sessions on
+ * different threads; a lilims_session is used by one thread at a time (except
+ * lilims_session_cancel, which any thread may call).
+ *
+ * Structs passed in carry their own size (struct_size) so that the ABI can
+ * grow: always start from the lilims_*_default_params() function.
+ */
+#ifndef LILIMS_LILIMS_H
+#define LILIMS_LILIMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LILIMS_VERSION_MAJOR 0
+#define LILIMS_VERSION_MINOR 1
+#define LILIMS_VERSION_PATCH 0
+
+typedef enum lilims_status {
+  LILIMS_OK = 0,
+  LILIMS_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad parameter */
+  LILIMS_ERR_IO = 2,               /* a file cannot be opened, read or mapped */
+  LILIMS_ERR_BAD_FORMAT = 3,       /* a model file is truncated, corrupt or malformed */
+  LILIMS_ERR_UNSUPPORTED = 4,      /* a valid file that lilims cannot run (tensor type, architecture) */
+  LILIMS_ERR_MISSING = 5,          /* a required tensor or hyperparameter is absent */
+  LILIMS_ERR_OUT_OF_MEMORY = 6,
+  LILIMS_ERR_CONTEXT_FULL = 7,     /* the tokens do not fit the session's context */
+  LILIMS_ERR_CANCELLED = 8,        /* lilims_session_cancel was called */
+  LILIMS_ERR_INTERNAL = 9
+} lilims_status;
+
+typedef struct lilims_model lilims_model;
+typedef struct lilims_session lilims_session;
+typedef int32_t lilims_token;
+
+/* The message of the last failure on the calling thread ("" if none).  Valid
+ * until the next lilims call on this thread. */
+const char *lilims_last_error(void);
+const char *lilims_status_name(lilims_status status);
+/* "0.1.0 (isa: avx2)": the library version and the kernel path in use. */
+const char *lilims_version_string(void);
+
+/* ---- models ---------------------------------------------------------- */
+
+typedef struct lilims_model_params {
+  size_t struct_size; /* sizeof(lilims_model_params) */
+  int32_t use_mmap;   /* map the file (default 1); 0 reads it into memory */
+} lilims_model_params;
+
+lilims_model_params lilims_model_default_params(void);
+
+lilims_status lilims_model_open(const char *path, const lilims_model_params *params,
+                                lilims_model **out_model);
+void lilims_model_free(lilims_model *model);
+
+typedef struct lilims_model_info {
+  size_t struct_size;
+  char architecture[32]; /* "llama" */
+  char name[128];        /* general.name, may be empty */
+  int32_t n_vocab;
+  int32_t n_ctx_train;   /* the context length the model was trained for */
+  int32_t n_embd;
+  int32_t n_layer;
+  int32_t n_head;
+  int32_t n_head_kv;
+  int32_t n_ff;
+  uint64_t n_params;
+  uint64_t file_bytes;
+  lilims_token bos_token; /* -1 if none */
+  lilims_token eos_token; /* -1 if none */
+  int32_t add_bos;        /* the tokenizer adds BOS to a prompt */
+  int32_t has_chat_template;
+} lilims_model_info;
+
+lilims_status lilims_model_get_info(const lilims_model *model, lilims_model_info *out_info);
+
+/* ---- tokenizer ------------------------------------------------------- */
+
+/* Encodes UTF-8 text.  add_bos: add BOS if the model asks for it (1), never (0).
+ * parse_special: match special-token text ("<|im_start|>") as single tokens.
+ * Writes at most capacity ids and sets *out_count to the number the text needs:
+ * if that is more than capacity, nothing useful is written and the call
+ * returns LILIMS_ERR_INVALID_ARGUMENT, so call again with a larger buffer. */
+lilims_status lilims_tokenize(const lilims_model *model, const char *text, size_t text_len,
+                              int32_t add_bos, int32_t parse_special, lilims_token *out_tokens,
+                              size_t capacity, size_t *out_count);
+
+/* The bytes of one token's piece (a byte-fallback token is one raw byte; it
+ * may be part of a UTF-8 character).  Same capacity rule as lilims_tokenize.
+ * Not NUL-terminated. */
+lilims_status lilims_token_to_piece(const lilims_model *model, lilims_token token, char *out_bytes,
+                                    size_t capacity, size_t *out_len);
+
+/* Decodes a whole sequence to UTF-8 text (same capacity rule). */
+lilims_status lilims_detokenize(const lilims_model *model, const lilims_token *tokens,
+                                size_t n_tokens, char *out_text, size_t capacity,
+                                size_t *out_len);
+
+/* ---- chat ------------------------------------------------------------ */
+
+typedef struct lilims_chat_message {
+  const char *role;    /* "system", "user", "assistant" */
+  const char *content; /* UTF-8 */
+} lilims_chat_message;
+
+/* Formats messages with the model's chat template (or template_name when not
+ * NULL: "chatml", "llama2", "zephyr", "phi3", "llama3") and, when
+ * add_generation_prompt, the opening of the assistant's turn.  Same capacity
+ * rule as lilims_tokenize; the output is NUL-terminated when it fits. */
+lilims_status lilims_chat_apply_template(const lilims_model *model, const char *template_name,
+                                         const lilims_chat_message *messages, size_t n_messages,
+                                         int32_t add_generation_prompt, char *out_text,
+                                         size_t capacity, size_t *out_len);
+
+/* ---- sessions -------------------------------------------------------- */
+
+typedef struct lilims_session_params {
+  size_t struct_size; /* sizeof(lilims_session_params) */
+  int32_t n_ctx;      /* context length in tokens; 0 = the model's, capped at 4096 */
+  int32_t n_threads;  /* 0 = all cores */
+} lilims_session_params;
+
+lilims_session_params lilims_session_default_params(void);
+
+lilims_status lilims_session_create(lilims_model *model, const lilims_session_params *params,
+                                    lilims_session **out_session);
+void lilims_session_free(lilims_session *session);
+
+/* Forgets every token: the next eval starts at position 0. */
+lilims_status lilims_session_reset(lilims_session *session);
+/* Number of tokens in the session's KV cache. */
+int32_t lilims_session_n_past(const lilims_session *session);
+int32_t lilims_session_n_ctx(const lilims_session *session);
+
+/* Runs the model over n tokens appended after the tokens already evaluated.
+ * Afterwards lilims_session_logits returns the logits of the last one.
+ * LILIMS_ERR_CONTEXT_FULL (nothing evaluated) if they do not fit. */
+lilims_status lilims_session_eval(lilims_session *session, const lilims_token *tokens,
+                                  size_t n_tokens);
+/* The n_vocab logits after the last evaluated token (NULL before any eval).
+ * Valid until the next call on the session. */
+const float *lilims_session_logits(const lilims_session *session);
+
+/* ---- generation ------------------------------------------------------ */
+
+typedef struct lilims_sampling_params {
+  size_t struct_size;
+  float temperature; /* 0 = greedy (argmax) */
+  int32_t top_k;     /* 0 = off */
+  float top_p;       /* 1 = off */
+  float min_p;       /* 0 = off */
+  float repeat_penalty; /* 1 = off */
+  int32_t repeat_last_n;
+  uint64_t seed;
+} lilims_sampling_params;
+
+lilims_sampling_params lilims_sampling_default_params(void);
+
+/* Called with each newly generated piece of text (always whole UTF-8
+ * characters; may be empty when a token completes no character yet) and its
+ * token.  Return nonzero to stop generation. */
+typedef int (*lilims_token_callback)(void *user_data, lilims_token token, const char *text,
+                                     size_t text_len);
+
+typedef struct lilims_generate_params {
+  size_t struct_size;
+  int32_t max_tokens;        /* stop after this many new tokens (<= 0: until EOS or context full) */
+  lilims_sampling_params sampling;
+  int32_t add_bos;           /* add BOS when the session is empty and the model asks for it */
+  int32_t parse_special;     /* parse special-token text in the prompt (1 by default) */
+  lilims_token_callback on_token;
+  void *user_data;
+} lilims_generate_params;
+
+lilims_generate_params lilims_generate_default_params(void);
+
+typedef struct lilims_generate_stats {
+  size_t struct_size;
+  int32_t n_prompt_tokens;
+  int32_t n_generated_tokens;
+  double prompt_seconds;   /* time to evaluate the prompt (time to first token) */
+  double generate_seconds; /* time for the generated tokens after the first */
+  int32_t stop_reason;     /* 0 max_tokens, 1 end of generation token, 2 callback, 3 context full, 4 cancelled */
+} lilims_generate_stats;
+
+/* Appends the prompt (raw text, tokenized here; may be empty) to the session,
+ * then generates up to max_tokens tokens, calling on_token for each.  stats
+ * may be NULL. */
+lilims_status lilims_generate(lilims_session *session, const char *prompt,
+                              const lilims_generate_params *params,
+                              lilims_generate_stats *out_stats);
+
+/* Asks a running eval/generate on the session to stop soon (thread-safe).
+ * The call it interrupts returns LILIMS_ERR_CANCELLED (generate returns
+ * LILIMS_OK with stop_reason 4 and keeps the tokens it made). */
+void lilims_session_cancel(lilims_session *session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LILIMS_LILIMS_H */

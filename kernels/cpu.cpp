@@ -1,0 +1,86 @@
+#include "kernels/cpu.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+namespace lilims::kernels {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const bool fma = c & (1u << 12), f16c = c & (1u << 29), osxsave = c & (1u << 27),
+               avx = c & (1u << 28);
+    bool ymm_enabled = false;
+    if (osxsave) {
+      unsigned lo, hi;
+      __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+      ymm_enabled = (lo & 6u) == 6u;
+    }
+    if (avx && fma && f16c && ymm_enabled && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+      f.avx2 = b & (1u << 5);
+    }
+  }
+#elif defined(__aarch64__)
+  f.neon = true;
+#if defined(__linux__)
+  const unsigned long hw = getauxval(AT_HWCAP);
+  const unsigned long hw2 = getauxval(AT_HWCAP2);
+  f.dotprod = hw & (1ul << 20);  // HWCAP_ASIMDDP
+  f.i8mm = hw2 & (1ul << 13);    // HWCAP2_I8MM
+#elif defined(__APPLE__)
+  f.dotprod = true;  // every Apple arm64 core since A13 has it
+#endif
+#endif
+  return f;
+}
+
+Isa choose() {
+  const CpuFeatures& f = cpu_features();
+  Isa best = Isa::ref;
+#if defined(LILIMS_HAVE_AVX2)
+  if (f.avx2) best = Isa::avx2;
+#endif
+#if defined(LILIMS_HAVE_NEON)
+  if (f.neon) best = Isa::neon;
+#endif
+  if (const char* forced = std::getenv("LILIMS_ISA")) {
+    if (std::strcmp(forced, "ref") == 0) return Isa::ref;
+    if (std::strcmp(forced, "avx2") == 0 && best == Isa::avx2) return Isa::avx2;
+    if (std::strcmp(forced, "neon") == 0 && best == Isa::neon) return Isa::neon;
+    return Isa::ref;  // asked for a path this build or CPU cannot run
+  }
+  return best;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+Isa active_isa() {
+  static const Isa isa = choose();
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::ref: return "ref";
+    case Isa::avx2: return "avx2";
+    case Isa::neon: return "neon";
+  }
+  return "?";
+}
+
+}  // namespace lilims::kernels

@@ -1,0 +1,161 @@
+// GGUF reader (versions 2 and 3) and writer.
+//
+// The reader maps the file (or reads it into memory), parses the header, all
+// metadata and the tensor infos, checks every bound, and hands out pointers
+// into the data section.  Any defect throws lilims::Error with a distinct
+// status and a message that starts with "[gguf]" and says what is wrong and
+// where (key or tensor name, offset).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lilims::gguf {
+
+// Metadata value types, numbered as in the GGUF spec.
+enum class ValueType : uint32_t {
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
+};
+
+const char* value_type_name(ValueType t);
+
+// One metadata value.  Scalars are widened into i/u/f (integers: both i and u
+// hold the value when it fits; floats: f); strings in s; arrays in arr, with
+// elem_type naming the element type (arrays may nest).
+struct Value {
+  ValueType type = ValueType::UINT8;
+  uint64_t u = 0;
+  int64_t i = 0;
+  double f = 0.0;
+  std::string s;
+  ValueType elem_type = ValueType::UINT8;  // for ARRAY
+  std::vector<Value> arr;                  // for ARRAY
+
+  bool is_integer() const;  // any of the (u)int types or BOOL
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> ne;  // dimensions, ne[0] the innermost (contiguous) one
+  uint32_t type = 0;         // GGML type id (see quant/quant.h)
+  uint64_t offset = 0;       // from the start of the data section
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;      // 0 for a type lilims cannot read (size unknown)
+  const uint8_t* data = nullptr;  // into the mapping; nullptr for unreadable types
+};
+
+struct OpenOptions {
+  bool use_mmap = true;
+};
+
+class File {
+ public:
+  // Throws lilims::Error: LILIMS_ERR_IO (cannot open/read), LILIMS_ERR_BAD_FORMAT
+  // (bad magic, unsupported version, truncation, offsets out of range, size
+  // overflow, duplicated key or tensor name, misaligned offset, bad string),
+  // LILIMS_ERR_UNSUPPORTED only from require_readable_types().
+  static std::unique_ptr<File> open(const std::string& path, const OpenOptions& opt = {});
+  // Parses an in-memory image (tests); the bytes are copied.
+  static std::unique_ptr<File> from_bytes(const void* data, size_t size);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t file_size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  const std::vector<KeyValue>& metadata() const { return kv_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+  // nullptr when absent.
+  const Value* find(const std::string& key) const;
+  const TensorInfo* find_tensor(const std::string& name) const;
+
+  // Typed getters.  The *_or forms return the fallback when the key is
+  // absent; the required forms throw LILIMS_ERR_MISSING ("[gguf] missing
+  // required key llama.block_count").  Both throw LILIMS_ERR_BAD_FORMAT when
+  // the key is present with the wrong type or an out-of-range value.
+  int64_t get_int(const std::string& key) const;
+  int64_t get_int_or(const std::string& key, int64_t fallback) const;
+  double get_float(const std::string& key) const;  // accepts float or integer values
+  double get_float_or(const std::string& key, double fallback) const;
+  std::string get_string(const std::string& key) const;
+  std::string get_string_or(const std::string& key, const std::string& fallback) const;
+  bool get_bool_or(const std::string& key, bool fallback) const;
+
+  // Throws LILIMS_ERR_MISSING for an absent tensor, LILIMS_ERR_UNSUPPORTED
+  // for a type lilims cannot read ("[gguf] tensor blk.0.ffn_down.weight has
+  // type Q6_K, which lilims does not support yet").
+  const TensorInfo& require_tensor(const std::string& name) const;
+  // Throws LILIMS_ERR_UNSUPPORTED naming the first tensor of an unreadable type.
+  void require_readable_types() const;
+
+ private:
+  File() = default;
+  void parse();
+
+  std::string path_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  const uint8_t* base_ = nullptr;  // whole file
+  uint64_t size_ = 0;
+  void* mapping_ = nullptr;        // munmap on destruction when non-null
+  std::vector<uint8_t> owned_;     // when not mapped
+  std::vector<KeyValue> kv_;
+  std::vector<TensorInfo> tensors_;
+};
+
+// Builds a GGUF v3 file in memory: for converters, quantize and tests.
+class Writer {
+ public:
+  void set_alignment(uint32_t alignment);  // also writes general.alignment
+  void add(const std::string& key, const Value& value);  // keeps insertion order
+  void add_u32(const std::string& key, uint32_t v);
+  void add_i32(const std::string& key, int32_t v);
+  void add_f32(const std::string& key, float v);
+  void add_bool(const std::string& key, bool v);
+  void add_string(const std::string& key, const std::string& v);
+  void add_string_array(const std::string& key, const std::vector<std::string>& v);
+  void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // data: n_bytes of the tensor in GGML layout for `type`; copied.
+  void add_tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
+                  const void* data, uint64_t n_bytes);
+
+  std::vector<uint8_t> to_bytes() const;
+  void write(const std::string& path) const;  // throws LILIMS_ERR_IO
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type;
+    std::vector<uint8_t> data;
+  };
+  uint32_t alignment_ = 32;
+  std::vector<KeyValue> kv_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace lilims::gguf

@@ -1,0 +1,85 @@
+#include "quant/quant.h"
+
+#include <cstdio>
+
+#include "base/fp16.h"
+
+namespace lilims::quant {
+namespace {
+
+void f32_to_float(const void* src, float* dst, int64_t n) {
+  const float* s = static_cast<const float*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+}
+
+void f16_to_float(const void* src, float* dst, int64_t n) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+}
+
+void q8_0_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kBlock; ++j) dst[i * kBlock + j] = d * b[i].q[j];
+  }
+}
+
+void q4_0_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      dst[i * kBlock + j] = d * ((b[i].qs[j] & 0x0f) - 8);
+      dst[i * kBlock + j + kBlock / 2] = d * ((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void q4_1_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ4_1* b = static_cast<const BlockQ4_1*>(src);
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    const float m = fp16_to_fp32(b[i].m);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      dst[i * kBlock + j] = d * (b[i].qs[j] & 0x0f) + m;
+      dst[i * kBlock + j + kBlock / 2] = d * (b[i].qs[j] >> 4) + m;
+    }
+  }
+}
+
+const TypeTraits kTraits[] = {
+    {Type::F32, "F32", 1, 4, f32_to_float},
+    {Type::F16, "F16", 1, 2, f16_to_float},
+    {Type::Q4_0, "Q4_0", kBlock, sizeof(BlockQ4_0), q4_0_to_float},
+    {Type::Q4_1, "Q4_1", kBlock, sizeof(BlockQ4_1), q4_1_to_float},
+    {Type::Q8_0, "Q8_0", kBlock, sizeof(BlockQ8_0), q8_0_to_float},
+};
+
+}  // namespace
+
+const TypeTraits* type_traits(uint32_t ggml_type) {
+  for (const TypeTraits& t : kTraits) {
+    if (static_cast<uint32_t>(t.type) == ggml_type) return &t;
+  }
+  return nullptr;
+}
+
+const char* ggml_type_name(uint32_t t) {
+  static const char* const names[] = {
+      "F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",    "Q5_1",    "Q8_0",    "Q8_1",
+      "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",  "IQ3_XXS", "IQ1_S",
+      "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",  "I64",     "F64",     "IQ1_M",
+      "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8",
+      "IQ4_NL_8_8", "MXFP4"};
+  if (t < sizeof(names) / sizeof(names[0])) return names[t];
+  return "an unknown type";
+}
+
+size_t row_bytes(Type type, int64_t n) {
+  const TypeTraits* t = type_traits(static_cast<uint32_t>(type));
+  if (type == Type::Q8_1) return (size_t)(n / kBlock) * sizeof(BlockQ8_1);
+  return (size_t)(n / t->block_size) * t->block_bytes;
+}
+
+}  // namespace lilims::quant

@@ -1,0 +1,67 @@
+// GGUF-compatible tensor types and block formats, one traits entry each.
+// The numeric values of Type are GGML's type ids as stored in GGUF files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lilims::quant {
+
+enum class Type : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  Q8_1 = 9,  // activation-side format (Q8 with the block sum); not a weight type here
+};
+
+constexpr int kBlock = 32;  // elements per block of every quantized type
+
+// Q8_0: d * q[i]
+struct BlockQ8_0 {
+  uint16_t d;  // fp16 scale
+  int8_t q[kBlock];
+};
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
+
+// Q4_0: d * (nibble - 8); element j in the low nibble of byte j, j+16 in the high.
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
+
+// Q4_1: d * nibble + m; same nibble order as Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
+
+// Q8_1 (activations for Q4_1 dot products): d * q[i], s = d * sum(q) in fp16.
+struct BlockQ8_1 {
+  uint16_t d;
+  uint16_t s;
+  int8_t q[kBlock];
+};
+static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block is 36 bytes");
+
+struct TypeTraits {
+  Type type;
+  const char* name;
+  int block_size;     // elements per block (1 for F32/F16)
+  size_t block_bytes; // bytes per block
+  // Scalar reference: n elements (a multiple of block_size) to float.
+  void (*to_float)(const void* src, float* dst, int64_t n);
+};
+
+// Traits of a type lilims can read, or nullptr for any other GGML type id.
+const TypeTraits* type_traits(uint32_t ggml_type);
+// GGML's name for any type id ("Q6_K", "BF16", ...), "type <id>" if unknown.
+const char* ggml_type_name(uint32_t ggml_type);
+// Bytes of a row of n elements; n must be a multiple of the block size.
+size_t row_bytes(Type type, int64_t n);
+
+}  // namespace lilims::quant

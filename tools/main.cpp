@@ -1,0 +1,35 @@
+// lilims: run, chat, tokenize, inspect, convert, quantize, perplexity, bench.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "lilims/lilims.h"
+#include "tools/cli.h"
+
+static int usage(FILE* out) {
+  std::fprintf(out, "lilims %s\nusage: lilims COMMAND [ARGS...]\n\ncommands:\n",
+               lilims_version_string());
+  auto cmds = lilims::cli::commands();
+  std::sort(cmds.begin(), cmds.end(),
+            [](const auto& a, const auto& b) { return std::strcmp(a.name, b.name) < 0; });
+  for (const auto& c : cmds) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n`lilims COMMAND --help` for a command's options.\n");
+  return out == stdout ? 0 : 2;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  const char* name = argv[1];
+  if (!std::strcmp(name, "help") || !std::strcmp(name, "--help") || !std::strcmp(name, "-h")) {
+    return usage(stdout);
+  }
+  if (!std::strcmp(name, "--version")) {
+    std::printf("lilims %s\n", lilims_version_string());
+    return 0;
+  }
+  for (const auto& c : lilims::cli::commands()) {
+    if (!std::strcmp(c.name, name)) return c.main(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "lilims: unknown command '%s' (try `lilims help`)\n", name);
+  return 2;
+}
