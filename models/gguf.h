@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace lilims::gguf {
@@ -84,6 +85,8 @@ class File {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Offset of the data section (tensor offsets are relative to it).
+  uint64_t data_offset() const { return data_offset_; }
 
   const std::vector<KeyValue>& metadata() const { return kv_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -124,13 +127,17 @@ class File {
   std::vector<uint8_t> owned_;     // when not mapped
   std::vector<KeyValue> kv_;
   std::vector<TensorInfo> tensors_;
+  uint64_t data_offset_ = 0;
+  std::unordered_map<std::string, size_t> key_index_;     // key -> index in kv_
+  std::unordered_map<std::string, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 // Builds a GGUF v3 file in memory: for converters, quantize and tests.
 class Writer {
  public:
   void set_alignment(uint32_t alignment);  // also writes general.alignment
-  void add(const std::string& key, const Value& value);  // keeps insertion order
+  // Keeps insertion order; adding an existing key replaces its value in place.
+  void add(const std::string& key, const Value& value);
   void add_u32(const std::string& key, uint32_t v);
   void add_i32(const std::string& key, int32_t v);
   void add_f32(const std::string& key, float v);
@@ -139,7 +146,9 @@ class Writer {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
-  // data: n_bytes of the tensor in GGML layout for `type`; copied.
+  // data: n_bytes of the tensor in GGML layout for `type`; copied.  Throws
+  // LILIMS_ERR_INVALID_ARGUMENT for a duplicated name, a type id unknown to
+  // GGML, or (for types lilims reads) n_bytes not matching the shape.
   void add_tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
                   const void* data, uint64_t n_bytes);
 

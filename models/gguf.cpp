@@ -1,0 +1,710 @@
+// GGUF v2/v3 reader and v3 writer.  Layout and rules: GGUF_NOTES.md (ggml
+// docs/gguf.md).  The file is hostile until proven otherwise: every read is
+// checked against the bytes left, every count against what those bytes could
+// hold at the smallest element size, every product for overflow.
+#include "models/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "base/error.h"
+#include "quant/quant.h"
+
+namespace lilims::gguf {
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
+constexpr uint32_t kMaxDims = 4;
+constexpr int kMaxNesting = 16;  // arrays of arrays ...; bounds the recursion
+constexpr uint32_t kGgmlTypeCount = 40;  // ids >= this are unknown to GGML
+
+[[noreturn]] void bad(const std::string& msg) {
+  throw Error(LILIMS_ERR_BAD_FORMAT, "[gguf] " + msg);
+}
+
+bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// Smallest encoded size of one value of type t (for bounding array counts).
+uint64_t min_encoded_size(ValueType t) {
+  switch (t) {
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::UINT16:
+    case ValueType::INT16:
+      return 2;
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::FLOAT32:
+      return 4;
+    case ValueType::UINT64:
+    case ValueType::INT64:
+    case ValueType::FLOAT64:
+    case ValueType::STRING:
+      return 8;
+    case ValueType::ARRAY:
+      return 12;  // uint32 elem type + uint64 count
+  }
+  return 1;
+}
+
+bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
+
+// A bounds-checked little-endian cursor over the file image.
+class Cursor {
+ public:
+  Cursor(const uint8_t* base, uint64_t size) : base_(base), size_(size) {}
+  uint64_t pos() const { return pos_; }
+  uint64_t left() const { return size_ - pos_; }
+
+  void need(uint64_t n, const char* what) const {
+    if (n > left()) {
+      bad(std::string("truncated file: ") + what + " needs " + std::to_string(n) +
+          " bytes at offset " + std::to_string(pos_) + ", only " + std::to_string(left()) +
+          " left");
+    }
+  }
+  template <typename T>
+  T read(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, base_ + pos_, sizeof(T));  // hosts are little-endian (asserted below)
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string read_string(const char* what) {
+    const uint64_t at = pos_;
+    const uint64_t len = read<uint64_t>(what);
+    if (len > left()) {
+      bad(std::string(what) + ": string length " + std::to_string(len) + " at offset " +
+          std::to_string(at) + " exceeds the " + std::to_string(left()) + " bytes left");
+    }
+    std::string s(reinterpret_cast<const char*>(base_ + pos_), static_cast<size_t>(len));
+    pos_ += len;
+    return s;
+  }
+
+ private:
+  const uint8_t* base_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+};
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "lilims reads GGUF on little-endian hosts");
+
+void set_unsigned(Value& v, uint64_t x) {
+  v.u = x;
+  v.i = x <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(x)
+                                                                       : 0;
+}
+void set_signed(Value& v, int64_t x) {
+  v.i = x;
+  v.u = x >= 0 ? static_cast<uint64_t>(x) : 0;
+}
+
+void read_payload(Cursor& c, ValueType t, Value& v, const std::string& key, int depth);
+
+void read_array(Cursor& c, Value& v, const std::string& key, int depth) {
+  if (depth >= kMaxNesting) {
+    bad("key " + key + ": arrays nested deeper than " + std::to_string(kMaxNesting) +
+        " levels at offset " + std::to_string(c.pos()));
+  }
+  const uint64_t at = c.pos();
+  const uint32_t et = c.read<uint32_t>("array element type");
+  if (!valid_value_type(et)) {
+    bad("key " + key + ": array element type " + std::to_string(et) + " at offset " +
+        std::to_string(at) + " is not a GGUF value type");
+  }
+  v.elem_type = static_cast<ValueType>(et);
+  const uint64_t n = c.read<uint64_t>("array count");
+  if (n > c.left() / min_encoded_size(v.elem_type)) {
+    bad("key " + key + ": array count " + std::to_string(n) + " of " +
+        value_type_name(v.elem_type) + " at offset " + std::to_string(at) +
+        " cannot fit in the " + std::to_string(c.left()) + " bytes left");
+  }
+  v.arr.resize(static_cast<size_t>(n));
+  for (Value& e : v.arr) read_payload(c, v.elem_type, e, key, depth + 1);
+}
+
+void read_payload(Cursor& c, ValueType t, Value& v, const std::string& key, int depth) {
+  v.type = t;
+  switch (t) {
+    case ValueType::UINT8: set_unsigned(v, c.read<uint8_t>("uint8 value")); break;
+    case ValueType::INT8: set_signed(v, c.read<int8_t>("int8 value")); break;
+    case ValueType::UINT16: set_unsigned(v, c.read<uint16_t>("uint16 value")); break;
+    case ValueType::INT16: set_signed(v, c.read<int16_t>("int16 value")); break;
+    case ValueType::UINT32: set_unsigned(v, c.read<uint32_t>("uint32 value")); break;
+    case ValueType::INT32: set_signed(v, c.read<int32_t>("int32 value")); break;
+    case ValueType::UINT64: set_unsigned(v, c.read<uint64_t>("uint64 value")); break;
+    case ValueType::INT64: set_signed(v, c.read<int64_t>("int64 value")); break;
+    case ValueType::FLOAT32: v.f = c.read<float>("float32 value"); break;
+    case ValueType::FLOAT64: v.f = c.read<double>("float64 value"); break;
+    case ValueType::BOOL: {
+      const uint64_t at = c.pos();
+      const uint8_t b = c.read<uint8_t>("bool value");
+      if (b > 1) {
+        bad("key " + key + ": bool value " + std::to_string(b) + " at offset " +
+            std::to_string(at) + " is neither 0 nor 1");
+      }
+      set_unsigned(v, b);
+      break;
+    }
+    case ValueType::STRING: v.s = c.read_string(("value of key " + key).c_str()); break;
+    case ValueType::ARRAY: read_array(c, v, key, depth); break;
+  }
+}
+
+std::string type_desc(const Value& v) {
+  std::string s = value_type_name(v.type);
+  if (v.type == ValueType::ARRAY) s += std::string(" of ") + value_type_name(v.elem_type);
+  return s;
+}
+
+}  // namespace
+
+const char* value_type_name(ValueType t) {
+  switch (t) {
+    case ValueType::UINT8: return "UINT8";
+    case ValueType::INT8: return "INT8";
+    case ValueType::UINT16: return "UINT16";
+    case ValueType::INT16: return "INT16";
+    case ValueType::UINT32: return "UINT32";
+    case ValueType::INT32: return "INT32";
+    case ValueType::FLOAT32: return "FLOAT32";
+    case ValueType::BOOL: return "BOOL";
+    case ValueType::STRING: return "STRING";
+    case ValueType::ARRAY: return "ARRAY";
+    case ValueType::UINT64: return "UINT64";
+    case ValueType::INT64: return "INT64";
+    case ValueType::FLOAT64: return "FLOAT64";
+  }
+  return "unknown value type";
+}
+
+bool Value::is_integer() const {
+  switch (type) {
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::UINT16:
+    case ValueType::INT16:
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::UINT64:
+    case ValueType::INT64:
+    case ValueType::BOOL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// File
+
+std::unique_ptr<File> File::open(const std::string& path, const OpenOptions& opt) {
+  std::unique_ptr<File> f(new File());
+  f->path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(LILIMS_ERR_IO, "[gguf] cannot open " + path + ": " + std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    throw Error(LILIMS_ERR_IO, "[gguf] cannot stat " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + path + " is not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > std::numeric_limits<size_t>::max()) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + path + " is too large to map");
+  }
+  if (opt.use_mmap && size > 0) {
+    void* m = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      throw Error(LILIMS_ERR_IO, "[gguf] cannot map " + path + ": " + std::strerror(errno));
+    }
+    f->mapping_ = m;
+    f->base_ = static_cast<const uint8_t*>(m);
+  } else {
+    try {
+      f->owned_.resize(static_cast<size_t>(size));
+    } catch (const std::bad_alloc&) {
+      throw Error(LILIMS_ERR_OUT_OF_MEMORY,
+                  "[gguf] cannot allocate " + std::to_string(size) + " bytes to read " + path);
+    }
+    uint64_t done = 0;
+    while (done < size) {
+      const ssize_t r = ::read(fd, f->owned_.data() + done, static_cast<size_t>(size - done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        throw Error(LILIMS_ERR_IO, "[gguf] cannot read " + path + ": " +
+                                       (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+      }
+      done += static_cast<uint64_t>(r);
+    }
+    f->base_ = f->owned_.data();
+  }
+  f->size_ = size;
+  f->parse();
+  return f;
+}
+
+std::unique_ptr<File> File::from_bytes(const void* data, size_t size) {
+  std::unique_ptr<File> f(new File());
+  f->path_ = "<memory>";
+  f->owned_.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
+  f->base_ = f->owned_.data();
+  f->size_ = size;
+  f->parse();
+  return f;
+}
+
+File::~File() {
+  if (mapping_) munmap(mapping_, static_cast<size_t>(size_));
+}
+
+void File::parse() {
+  Cursor c(base_, size_);
+  const uint32_t magic = c.read<uint32_t>("magic");
+  if (magic != kMagic) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "bad magic 0x%08x (expected \"GGUF\")", magic);
+    bad(buf);
+  }
+  version_ = c.read<uint32_t>("version");
+  if (version_ == 1) bad("GGUF version 1 is not supported (only versions 2 and 3)");
+  if (version_ != 2 && version_ != 3) {
+    bad("unsupported GGUF version " + std::to_string(version_) +
+        " (only versions 2 and 3; a huge number may mean a big-endian file)");
+  }
+  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
+  const uint64_t n_kv = c.read<uint64_t>("metadata count");
+  // A KV pair takes at least 8 (key length) + 4 (type) + 1 bytes.
+  if (n_kv > c.left() / 13) {
+    bad("metadata count " + std::to_string(n_kv) + " cannot fit in the " +
+        std::to_string(c.left()) + " bytes left");
+  }
+  kv_.reserve(static_cast<size_t>(n_kv));
+  for (uint64_t k = 0; k < n_kv; ++k) {
+    const uint64_t at = c.pos();
+    KeyValue kv;
+    kv.key = c.read_string("metadata key");
+    const uint32_t t = c.read<uint32_t>("metadata value type");
+    if (!valid_value_type(t)) {
+      bad("key " + kv.key + " has value type " + std::to_string(t) +
+          ", which is not a GGUF value type");
+    }
+    read_payload(c, static_cast<ValueType>(t), kv.value, kv.key, 0);
+    if (!key_index_.emplace(kv.key, kv_.size()).second) {
+      bad("duplicated key " + kv.key + " at offset " + std::to_string(at));
+    }
+    kv_.push_back(std::move(kv));
+  }
+
+  if (const Value* a = find("general.alignment")) {
+    if (!a->is_integer() || a->type == ValueType::BOOL || !is_pow2(a->u) || a->u > (1u << 30)) {
+      bad("general.alignment must be a nonzero power of two, got " +
+          (a->is_integer() ? std::to_string(a->i) : type_desc(*a)));
+    }
+    alignment_ = a->u;
+  }
+
+  // name (8) + n_dims (4) + type (4) + offset (8) at least.
+  if (n_tensors > c.left() / 24) {
+    bad("tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
+        std::to_string(c.left()) + " bytes left");
+  }
+  tensors_.reserve(static_cast<size_t>(n_tensors));
+  for (uint64_t k = 0; k < n_tensors; ++k) {
+    const uint64_t at = c.pos();
+    TensorInfo ti;
+    ti.name = c.read_string("tensor name");
+    const uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
+    if (n_dims == 0 || n_dims > kMaxDims) {
+      bad("tensor " + ti.name + " has " + std::to_string(n_dims) +
+          " dimensions (1 to 4 supported)");
+    }
+    ti.ne.resize(n_dims);
+    uint64_t n_el = 1;
+    bool overflow = false;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      ti.ne[d] = c.read<uint64_t>("tensor dimension");
+      if (ti.ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
+      if (__builtin_mul_overflow(n_el, ti.ne[d], &n_el)) overflow = true;
+    }
+    if (overflow || n_el > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      bad("tensor " + ti.name + ": element count overflows (dimensions too large)");
+    }
+    ti.n_elements = n_el;
+    ti.type = c.read<uint32_t>("tensor type");
+    if (ti.type >= kGgmlTypeCount) {
+      bad("tensor " + ti.name + " has type id " + std::to_string(ti.type) +
+          ", which is not a GGML type");
+    }
+    ti.offset = c.read<uint64_t>("tensor offset");
+    if (const quant::TypeTraits* tr = quant::type_traits(ti.type)) {
+      const uint64_t bs = static_cast<uint64_t>(tr->block_size);
+      if (ti.ne[0] % bs != 0) {
+        bad("tensor " + ti.name + ": row length " + std::to_string(ti.ne[0]) +
+            " is not a multiple of the " + tr->name + " block size " + std::to_string(bs));
+      }
+      if (__builtin_mul_overflow(n_el / bs, static_cast<uint64_t>(tr->block_bytes), &ti.n_bytes)) {
+        bad("tensor " + ti.name + ": byte size overflows");
+      }
+    }
+    if (!tensor_index_.emplace(ti.name, tensors_.size()).second) {
+      bad("duplicated tensor name " + ti.name + " at offset " + std::to_string(at));
+    }
+    tensors_.push_back(std::move(ti));
+  }
+
+  // Data section: aligned start after the infos (only meaningful with tensors).
+  const uint64_t end_infos = c.pos();
+  uint64_t data_start = end_infos;
+  if (!tensors_.empty()) {
+    const uint64_t pad = (alignment_ - end_infos % alignment_) % alignment_;
+    data_start = end_infos + pad;  // cannot overflow: end_infos <= size_ < 2^63
+    if (data_start > size_) {
+      bad("truncated file: data section would start at offset " + std::to_string(data_start) +
+          ", past the end of the file (" + std::to_string(size_) + " bytes)");
+    }
+  }
+  data_offset_ = data_start;
+  const uint64_t data_size = size_ - data_start;
+  for (TensorInfo& ti : tensors_) {
+    if (ti.offset % alignment_ != 0) {
+      bad("tensor " + ti.name + " has offset " + std::to_string(ti.offset) +
+          ", not a multiple of the alignment " + std::to_string(alignment_));
+    }
+    if (ti.offset > data_size || ti.n_bytes > data_size - ti.offset) {
+      bad("tensor " + ti.name + " data [" + std::to_string(ti.offset) + ", +" +
+          std::to_string(ti.n_bytes) + ") runs past the end of the data section (" +
+          std::to_string(data_size) + " bytes)");
+    }
+    if (quant::type_traits(ti.type)) ti.data = base_ + data_start + ti.offset;
+  }
+}
+
+const Value* File::find(const std::string& key) const {
+  auto it = key_index_.find(key);
+  return it == key_index_.end() ? nullptr : &kv_[it->second].value;
+}
+
+const TensorInfo* File::find_tensor(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+namespace {
+
+[[noreturn]] void missing_key(const std::string& key) {
+  throw Error(LILIMS_ERR_MISSING, "[gguf] missing required key " + key);
+}
+
+int64_t as_int(const std::string& key, const Value& v) {
+  if (!v.is_integer()) bad("key " + key + " has type " + type_desc(v) + ", expected an integer");
+  if (v.type == ValueType::UINT64 &&
+      v.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    bad("key " + key + " value " + std::to_string(v.u) + " is out of range");
+  }
+  return v.i;
+}
+
+double as_float(const std::string& key, const Value& v) {
+  if (v.type == ValueType::FLOAT32 || v.type == ValueType::FLOAT64) return v.f;
+  if (v.is_integer() && v.type != ValueType::BOOL) {
+    return v.type == ValueType::UINT64 ? static_cast<double>(v.u) : static_cast<double>(v.i);
+  }
+  bad("key " + key + " has type " + type_desc(v) + ", expected a number");
+}
+
+const std::string& as_string(const std::string& key, const Value& v) {
+  if (v.type != ValueType::STRING) {
+    bad("key " + key + " has type " + type_desc(v) + ", expected a string");
+  }
+  return v.s;
+}
+
+}  // namespace
+
+int64_t File::get_int(const std::string& key) const {
+  const Value* v = find(key);
+  if (!v) missing_key(key);
+  return as_int(key, *v);
+}
+int64_t File::get_int_or(const std::string& key, int64_t fallback) const {
+  const Value* v = find(key);
+  return v ? as_int(key, *v) : fallback;
+}
+double File::get_float(const std::string& key) const {
+  const Value* v = find(key);
+  if (!v) missing_key(key);
+  return as_float(key, *v);
+}
+double File::get_float_or(const std::string& key, double fallback) const {
+  const Value* v = find(key);
+  return v ? as_float(key, *v) : fallback;
+}
+std::string File::get_string(const std::string& key) const {
+  const Value* v = find(key);
+  if (!v) missing_key(key);
+  return as_string(key, *v);
+}
+std::string File::get_string_or(const std::string& key, const std::string& fallback) const {
+  const Value* v = find(key);
+  return v ? as_string(key, *v) : fallback;
+}
+bool File::get_bool_or(const std::string& key, bool fallback) const {
+  const Value* v = find(key);
+  if (!v) return fallback;
+  if (v->type != ValueType::BOOL) bad("key " + key + " has type " + type_desc(*v) + ", expected a bool");
+  return v->u != 0;
+}
+
+namespace {
+[[noreturn]] void unsupported_type(const TensorInfo& t) {
+  throw Error(LILIMS_ERR_UNSUPPORTED, "[gguf] tensor " + t.name + " has type " +
+                                          quant::ggml_type_name(t.type) +
+                                          ", which lilims does not support yet");
+}
+}  // namespace
+
+const TensorInfo& File::require_tensor(const std::string& name) const {
+  const TensorInfo* t = find_tensor(name);
+  if (!t) throw Error(LILIMS_ERR_MISSING, "[gguf] missing required tensor " + name);
+  if (!quant::type_traits(t->type)) unsupported_type(*t);
+  return *t;
+}
+
+void File::require_readable_types() const {
+  for (const TensorInfo& t : tensors_) {
+    if (!quant::type_traits(t.type)) unsupported_type(t);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+
+void Writer::set_alignment(uint32_t alignment) {
+  if (!is_pow2(alignment)) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[gguf] alignment " + std::to_string(alignment) + " is not a power of two");
+  }
+  alignment_ = alignment;
+  add_u32("general.alignment", alignment);
+}
+
+void Writer::add(const std::string& key, const Value& value) {
+  for (KeyValue& kv : kv_) {
+    if (kv.key == key) {
+      kv.value = value;
+      return;
+    }
+  }
+  kv_.push_back({key, value});
+}
+
+void Writer::add_u32(const std::string& key, uint32_t v) {
+  Value x;
+  x.type = ValueType::UINT32;
+  x.u = v;
+  x.i = v;
+  add(key, x);
+}
+void Writer::add_i32(const std::string& key, int32_t v) {
+  Value x;
+  x.type = ValueType::INT32;
+  set_signed(x, v);
+  add(key, x);
+}
+void Writer::add_f32(const std::string& key, float v) {
+  Value x;
+  x.type = ValueType::FLOAT32;
+  x.f = v;
+  add(key, x);
+}
+void Writer::add_bool(const std::string& key, bool v) {
+  Value x;
+  x.type = ValueType::BOOL;
+  x.u = x.i = v ? 1 : 0;
+  add(key, x);
+}
+void Writer::add_string(const std::string& key, const std::string& v) {
+  Value x;
+  x.type = ValueType::STRING;
+  x.s = v;
+  add(key, x);
+}
+void Writer::add_string_array(const std::string& key, const std::vector<std::string>& v) {
+  Value x;
+  x.type = ValueType::ARRAY;
+  x.elem_type = ValueType::STRING;
+  x.arr.resize(v.size());
+  for (size_t k = 0; k < v.size(); ++k) {
+    x.arr[k].type = ValueType::STRING;
+    x.arr[k].s = v[k];
+  }
+  add(key, x);
+}
+void Writer::add_f32_array(const std::string& key, const std::vector<float>& v) {
+  Value x;
+  x.type = ValueType::ARRAY;
+  x.elem_type = ValueType::FLOAT32;
+  x.arr.resize(v.size());
+  for (size_t k = 0; k < v.size(); ++k) {
+    x.arr[k].type = ValueType::FLOAT32;
+    x.arr[k].f = v[k];
+  }
+  add(key, x);
+}
+void Writer::add_i32_array(const std::string& key, const std::vector<int32_t>& v) {
+  Value x;
+  x.type = ValueType::ARRAY;
+  x.elem_type = ValueType::INT32;
+  x.arr.resize(v.size());
+  for (size_t k = 0; k < v.size(); ++k) {
+    x.arr[k].type = ValueType::INT32;
+    set_signed(x.arr[k], v[k]);
+  }
+  add(key, x);
+}
+
+void Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
+                        const void* data, uint64_t n_bytes) {
+  auto invalid = [&](const std::string& m) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[gguf] tensor " + name + ": " + m);
+  };
+  for (const PendingTensor& t : tensors_) {
+    if (t.name == name) invalid("added twice");
+  }
+  if (ne.empty() || ne.size() > kMaxDims) invalid("needs 1 to 4 dimensions");
+  if (type >= kGgmlTypeCount) invalid("type id " + std::to_string(type) + " is not a GGML type");
+  if (const quant::TypeTraits* tr = quant::type_traits(type)) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) {
+      if (__builtin_mul_overflow(n, d, &n)) invalid("element count overflows");
+    }
+    if (ne[0] % static_cast<uint64_t>(tr->block_size) != 0) {
+      invalid("row length is not a multiple of the block size");
+    }
+    const uint64_t expect = n / static_cast<uint64_t>(tr->block_size) * tr->block_bytes;
+    if (expect != n_bytes) {
+      invalid(std::to_string(n_bytes) + " bytes given, " + std::to_string(expect) + " expected");
+    }
+  }
+  PendingTensor t;
+  t.name = name;
+  t.ne = ne;
+  t.type = type;
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  t.data.assign(p, p + n_bytes);
+  tensors_.push_back(std::move(t));
+}
+
+namespace {
+
+class Out {
+ public:
+  explicit Out(std::vector<uint8_t>& b) : b_(b) {}
+  template <typename T>
+  void put(T v) {
+    const size_t at = b_.size();
+    b_.resize(at + sizeof(T));
+    std::memcpy(b_.data() + at, &v, sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<uint64_t>(s.size());
+    b_.insert(b_.end(), s.begin(), s.end());
+  }
+  void pad_to(uint64_t alignment) {
+    while (b_.size() % alignment) b_.push_back(0);
+  }
+
+  void payload(ValueType t, const Value& v) {
+    switch (t) {
+      case ValueType::UINT8: put<uint8_t>(static_cast<uint8_t>(v.u)); break;
+      case ValueType::INT8: put<int8_t>(static_cast<int8_t>(v.i)); break;
+      case ValueType::UINT16: put<uint16_t>(static_cast<uint16_t>(v.u)); break;
+      case ValueType::INT16: put<int16_t>(static_cast<int16_t>(v.i)); break;
+      case ValueType::UINT32: put<uint32_t>(static_cast<uint32_t>(v.u)); break;
+      case ValueType::INT32: put<int32_t>(static_cast<int32_t>(v.i)); break;
+      case ValueType::UINT64: put<uint64_t>(v.u); break;
+      case ValueType::INT64: put<int64_t>(v.i); break;
+      case ValueType::FLOAT32: put<float>(static_cast<float>(v.f)); break;
+      case ValueType::FLOAT64: put<double>(v.f); break;
+      case ValueType::BOOL: put<uint8_t>(v.u || v.i ? 1 : 0); break;
+      case ValueType::STRING: str(v.s); break;
+      case ValueType::ARRAY:
+        put<uint32_t>(static_cast<uint32_t>(v.elem_type));
+        put<uint64_t>(v.arr.size());
+        for (const Value& e : v.arr) payload(v.elem_type, e);
+        break;
+    }
+  }
+
+ private:
+  std::vector<uint8_t>& b_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> Writer::to_bytes() const {
+  std::vector<uint8_t> b;
+  Out o(b);
+  o.put<uint32_t>(kMagic);
+  o.put<uint32_t>(3);
+  o.put<uint64_t>(tensors_.size());
+  o.put<uint64_t>(kv_.size());
+  for (const KeyValue& kv : kv_) {
+    o.str(kv.key);
+    o.put<uint32_t>(static_cast<uint32_t>(kv.value.type));
+    o.payload(kv.value.type, kv.value);
+  }
+  uint64_t offset = 0;
+  for (const PendingTensor& t : tensors_) {
+    o.str(t.name);
+    o.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
+    for (uint64_t d : t.ne) o.put<uint64_t>(d);
+    o.put<uint32_t>(t.type);
+    o.put<uint64_t>(offset);
+    offset += t.data.size();
+    offset += (alignment_ - offset % alignment_) % alignment_;
+  }
+  if (!tensors_.empty()) {
+    o.pad_to(alignment_);
+    for (const PendingTensor& t : tensors_) {
+      b.insert(b.end(), t.data.begin(), t.data.end());
+      o.pad_to(alignment_);
+    }
+  }
+  return b;
+}
+
+void Writer::write(const std::string& path) const {
+  const std::vector<uint8_t> bytes = to_bytes();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error(LILIMS_ERR_IO, "[gguf] cannot create " + path + ": " + std::strerror(errno));
+  const size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
+  const bool ok = n == bytes.size() && std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) {
+    throw Error(LILIMS_ERR_IO, "[gguf] cannot write " + path + ": " + std::strerror(err));
+  }
+}
+
+}  // namespace lilims::gguf
