@@ -1,0 +1,188 @@
+#include "models/llama_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/ops.h"
+
+namespace lilims::models {
+namespace {
+
+const kernels::OpsTable& ops_for(ExecMode mode) {
+  return mode == ExecMode::fast ? kernels::ops() : kernels::ops_table(kernels::Isa::ref);
+}
+
+}  // namespace
+
+LlamaContext::LlamaContext(const LlamaModel& model, const ForwardConfig& cfg,
+                           graph::ThreadPool& pool)
+    : model_(model), cfg_(cfg), pool_(pool) {
+  const LlamaHParams& hp = model.hp;
+  if (cfg_.n_ctx <= 0 || cfg_.n_batch <= 0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[llama] n_ctx and n_batch must be positive");
+  }
+  cfg_.n_batch = std::min(cfg_.n_batch, cfg_.n_ctx);
+  // The Q8_0 cache needs whole blocks per head; F16 is the default.
+  kv_type_ = cfg_.mode == ExecMode::oracle_f32 ? quant::Type::F32 : quant::Type::F16;
+  kv_row_bytes_ = quant::row_bytes(kv_type_, hp.kv_dim());
+  const size_t cache_bytes = (size_t)hp.n_layer * (size_t)cfg_.n_ctx * kv_row_bytes_;
+  k_cache_.assign(cache_bytes, 0);
+  v_cache_.assign(cache_bytes, 0);
+
+  const int half = hp.n_rot / 2;
+  rope_cos_.resize((size_t)cfg_.n_ctx * half);
+  rope_sin_.resize((size_t)cfg_.n_ctx * half);
+  for (int32_t p = 0; p < cfg_.n_ctx; ++p) {
+    kernels::rope_table_f32__ref(p, hp.n_rot, hp.rope_freq_base, &rope_cos_[(size_t)p * half],
+                                 &rope_sin_[(size_t)p * half]);
+  }
+
+  const size_t nb = (size_t)cfg_.n_batch;
+  const size_t q_dim = (size_t)hp.n_head * hp.head_dim;
+  x_.resize(nb * hp.n_embd);
+  xb_.resize(nb * std::max<size_t>(hp.n_embd, q_dim));
+  q_.resize(nb * q_dim);
+  k_.resize(nb * hp.kv_dim());
+  v_.resize(nb * hp.kv_dim());
+  att_.resize(nb * q_dim);
+  gate_.resize(nb * hp.n_ff);
+  up_.resize(nb * hp.n_ff);
+
+  kernels::AttentionArgs probe{};
+  probe.n_q = cfg_.n_batch;
+  probe.pos0 = cfg_.n_ctx - cfg_.n_batch;
+  probe.kv_type = kv_type_;
+  probe.n_head = hp.n_head;
+  probe.n_head_kv = hp.n_head_kv;
+  probe.head_dim = hp.head_dim;
+  attn_scratch_per_thread_ = kernels::attention_scratch_floats(probe);
+  attn_scratch_.resize(attn_scratch_per_thread_ * (size_t)pool_.size());
+}
+
+void LlamaContext::matmul(const Weight& w, const float* x, int64_t n, float* y) {
+  switch (cfg_.mode) {
+    case ExecMode::fast:
+      graph::matmul(w.packed, x, w.cols, n, y, w.rows, pool_, mm_scratch_);
+      break;
+    case ExecMode::ref:
+      graph::matmul_isa(kernels::Isa::ref, w.packed, x, w.cols, n, y, w.rows, pool_, mm_scratch_);
+      break;
+    case ExecMode::oracle_f32:
+      graph::matmul_f32_oracle(w.packed, x, w.cols, n, y, w.rows, pool_, mm_scratch_);
+      break;
+  }
+}
+
+void LlamaContext::store_kv(int layer, int32_t pos, const float* k, const float* v) {
+  const kernels::OpsTable& ops = ops_for(cfg_.mode);
+  const int64_t kv_dim = model_.hp.kv_dim();
+  const size_t off = ((size_t)layer * cfg_.n_ctx + (size_t)pos) * kv_row_bytes_;
+  uint8_t* kd = k_cache_.data() + off;
+  uint8_t* vd = v_cache_.data() + off;
+  if (kv_type_ == quant::Type::F32) {
+    std::memcpy(kd, k, (size_t)kv_dim * sizeof(float));
+    std::memcpy(vd, v, (size_t)kv_dim * sizeof(float));
+  } else {
+    ops.fp32_to_fp16(k, reinterpret_cast<uint16_t*>(kd), kv_dim);
+    ops.fp32_to_fp16(v, reinterpret_cast<uint16_t*>(vd), kv_dim);
+  }
+}
+
+void LlamaContext::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
+                           bool all_logits) {
+  if (n <= 0) return;
+  if (pos0 < 0 || (int64_t)pos0 + n > cfg_.n_ctx) {
+    throw Error(LILIMS_ERR_CONTEXT_FULL, "[llama] positions " + std::to_string(pos0) + ".." +
+                                             std::to_string(pos0 + n - 1) +
+                                             " do not fit a context of " +
+                                             std::to_string(cfg_.n_ctx));
+  }
+  const int64_t n_vocab = model_.hp.n_vocab;
+  for (int32_t done = 0; done < n; done += cfg_.n_batch) {
+    const int32_t m = std::min(cfg_.n_batch, n - done);
+    const bool last = done + m == n;
+    float* out = nullptr;
+    if (all_logits) {
+      out = logits + (size_t)done * n_vocab;
+    } else if (last) {
+      out = logits;
+    }
+    block(tokens + done, m, pos0 + done, out, all_logits);
+  }
+}
+
+// One block of m tokens through every layer.  Activations are (m, dim) rows.
+void LlamaContext::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits,
+                         bool all_logits) {
+  const LlamaHParams& hp = model_.hp;
+  const kernels::OpsTable& ops = ops_for(cfg_.mode);
+  const int64_t d = hp.n_embd, q_dim = (int64_t)hp.n_head * hp.head_dim, kv_dim = hp.kv_dim();
+  const int half = hp.n_rot / 2;
+
+  for (int32_t t = 0; t < m; ++t) dequantize_row(model_.tok_embd, tokens[t], &x_[(size_t)t * d]);
+
+  kernels::AttentionArgs args{};
+  args.q = q_.data();
+  args.q_stride = q_dim;
+  args.n_q = m;
+  args.pos0 = pos0;
+  args.kv_type = kv_type_;
+  args.kv_stride_bytes = (int64_t)kv_row_bytes_;
+  args.n_head = hp.n_head;
+  args.n_head_kv = hp.n_head_kv;
+  args.head_dim = hp.head_dim;
+  args.scale = 1.0f / std::sqrt((float)hp.head_dim);
+  args.window = 0;
+  args.out = att_.data();
+  args.out_stride = q_dim;
+
+  for (int l = 0; l < hp.n_layer; ++l) {
+    const LlamaLayer& L = model_.layers[(size_t)l];
+    // attention
+    for (int32_t t = 0; t < m; ++t) {
+      ops.rmsnorm(&x_[(size_t)t * d], L.attn_norm.data(), &xb_[(size_t)t * d], d, hp.norm_eps);
+    }
+    matmul(L.wq, xb_.data(), m, q_.data());
+    matmul(L.wk, xb_.data(), m, k_.data());
+    matmul(L.wv, xb_.data(), m, v_.data());
+    for (int32_t t = 0; t < m; ++t) {
+      const float* c = &rope_cos_[(size_t)(pos0 + t) * half];
+      const float* s = &rope_sin_[(size_t)(pos0 + t) * half];
+      ops.rope(&q_[(size_t)t * q_dim], hp.n_head, hp.head_dim, hp.n_rot, c, s, true);
+      ops.rope(&k_[(size_t)t * kv_dim], hp.n_head_kv, hp.head_dim, hp.n_rot, c, s, true);
+      store_kv(l, pos0 + t, &k_[(size_t)t * kv_dim], &v_[(size_t)t * kv_dim]);
+    }
+    const size_t layer_off = (size_t)l * cfg_.n_ctx * kv_row_bytes_;
+    args.k = k_cache_.data() + layer_off;
+    args.v = v_cache_.data() + layer_off;
+    pool_.parallel_for(hp.n_head, [&](int64_t h, int thread) {
+      ops.attention(args, (int)h, (int)h + 1,
+                    &attn_scratch_[(size_t)thread * attn_scratch_per_thread_]);
+    });
+    matmul(L.wo, att_.data(), m, xb_.data());
+    ops.add(x_.data(), xb_.data(), x_.data(), (int64_t)m * d);
+
+    // feed-forward: w_down(silu(w_gate x) * w_up x)
+    for (int32_t t = 0; t < m; ++t) {
+      ops.rmsnorm(&x_[(size_t)t * d], L.ffn_norm.data(), &xb_[(size_t)t * d], d, hp.norm_eps);
+    }
+    matmul(L.w_gate, xb_.data(), m, gate_.data());
+    matmul(L.w_up, xb_.data(), m, up_.data());
+    ops.swiglu(gate_.data(), up_.data(), gate_.data(), (int64_t)m * hp.n_ff);
+    matmul(L.w_down, gate_.data(), m, xb_.data());
+    ops.add(x_.data(), xb_.data(), x_.data(), (int64_t)m * d);
+  }
+
+  if (!logits) return;
+  // Final norm and LM head, for every row or only the last.
+  const int32_t first = all_logits ? 0 : m - 1;
+  for (int32_t t = first; t < m; ++t) {
+    ops.rmsnorm(&x_[(size_t)t * d], model_.output_norm.data(), &xb_[(size_t)(t - first) * d], d,
+                hp.norm_eps);
+  }
+  matmul(model_.output, xb_.data(), m - first, logits);
+}
+
+}  // namespace lilims::models

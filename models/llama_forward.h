@@ -1,0 +1,63 @@
+// The llama forward pass over a KV cache: a prompt of many tokens (in
+// blocks of at most n_batch) or one token per step.  Written straight
+// through, llama2.c style; the kernels it calls come from the dispatch
+// tables, or from kernels/ref when the mode asks for the oracle.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/matmul.h"
+#include "models/llama.h"
+#include "quant/quant.h"
+
+namespace lilims::models {
+
+enum class ExecMode {
+  fast,       // the active ISA's kernels (Q8 activations for quantized weights), F16 KV cache
+  ref,        // kernels/ref scalar kernels, same arithmetic as `fast`, F16 KV cache
+  oracle_f32, // weights dequantized to fp32, fp32 activations, F32 KV cache: the numerics oracle
+};
+
+struct ForwardConfig {
+  ExecMode mode = ExecMode::fast;
+  int32_t n_ctx = 2048;   // positions the KV cache holds
+  int32_t n_batch = 64;   // tokens per block of prefill
+};
+
+// One sequence's state: KV cache, scratch, RoPE tables.  Allocated once;
+// forward() allocates nothing.
+class LlamaContext {
+ public:
+  LlamaContext(const LlamaModel& model, const ForwardConfig& cfg, graph::ThreadPool& pool);
+
+  // Runs tokens[0..n) at positions pos0..pos0+n-1 (pos0 + n <= n_ctx; the
+  // cache must hold positions [0, pos0)).  logits receives n_vocab floats for
+  // the last token, or for every token (n * n_vocab) when all_logits.
+  // Token ids must be valid (the caller checks).
+  void forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits, bool all_logits);
+
+  int32_t n_ctx() const { return cfg_.n_ctx; }
+  const ForwardConfig& config() const { return cfg_; }
+  size_t kv_bytes() const { return k_cache_.size() + v_cache_.size(); }
+
+ private:
+  void block(const int32_t* tokens, int32_t n, int32_t pos0, float* logits, bool all_logits);
+  void matmul(const Weight& w, const float* x, int64_t n, float* y);
+  void store_kv(int layer, int32_t pos, const float* k, const float* v);
+
+  const LlamaModel& model_;
+  ForwardConfig cfg_;
+  graph::ThreadPool& pool_;
+  graph::MatmulScratch mm_scratch_;
+  quant::Type kv_type_;
+  size_t kv_row_bytes_ = 0;  // bytes of one position's K (or V) in one layer
+  std::vector<uint8_t> k_cache_, v_cache_;  // (n_layer, n_ctx, n_head_kv, head_dim) of kv_type_
+  std::vector<float> rope_cos_, rope_sin_;  // (n_ctx, n_rot / 2)
+  // scratch for one block: (n_batch, ...)
+  std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_;
+  std::vector<float> attn_scratch_;  // per thread
+  size_t attn_scratch_per_thread_ = 0;
+};
+
+}  // namespace lilims::models

@@ -1,0 +1,386 @@
+// The C API: wraps runtime::Model / runtime::Session, turns every exception
+// into a status plus a message (lilims_last_error), never lets one cross.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cpu.h"
+#include "lilims/lilims.h"
+#include "runtime/engine.h"
+#include "tokenizer/chat.h"
+
+using lilims::Error;
+using lilims::runtime::Model;
+using lilims::runtime::Session;
+
+struct lilims_model {
+  std::unique_ptr<Model> impl;
+  uint64_t file_bytes = 0;
+};
+
+struct lilims_session {
+  std::unique_ptr<Session> impl;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+lilims_status set_error(lilims_status st, const std::string& msg) {
+  g_last_error = msg;
+  return st;
+}
+
+// Runs fn, mapping exceptions to statuses.
+template <typename Fn>
+lilims_status guarded(Fn&& fn) {
+  g_last_error.clear();
+  try {
+    return fn();
+  } catch (const Error& e) {
+    return set_error(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(LILIMS_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return set_error(LILIMS_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return set_error(LILIMS_ERR_INTERNAL, "internal error");
+  }
+}
+
+lilims_status null_arg(const char* fn, const char* what) {
+  return set_error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[") + fn + "] " + what + " is NULL");
+}
+
+// Copies bytes into a caller buffer under the capacity rule of lilims.h.
+lilims_status copy_out(const char* fn, const std::string& s, char* out, size_t capacity,
+                       size_t* out_len, bool nul) {
+  if (out_len) *out_len = s.size();
+  const size_t need = s.size() + (nul ? 1 : 0);
+  if (need > capacity) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[") + fn + "] buffer of " +
+                                                      std::to_string(capacity) +
+                                                      " bytes is too small: " +
+                                                      std::to_string(need) + " needed");
+  }
+  if (!s.empty()) std::memcpy(out, s.data(), s.size());
+  if (nul) out[s.size()] = '\0';
+  return LILIMS_OK;
+}
+
+void copy_str(char* dst, size_t cap, const std::string& s) {
+  const size_t n = std::min(cap - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* lilims_last_error(void) { return g_last_error.c_str(); }
+
+const char* lilims_status_name(lilims_status status) {
+  switch (status) {
+    case LILIMS_OK: return "ok";
+    case LILIMS_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case LILIMS_ERR_IO: return "i/o error";
+    case LILIMS_ERR_BAD_FORMAT: return "bad format";
+    case LILIMS_ERR_UNSUPPORTED: return "unsupported";
+    case LILIMS_ERR_MISSING: return "missing";
+    case LILIMS_ERR_OUT_OF_MEMORY: return "out of memory";
+    case LILIMS_ERR_CONTEXT_FULL: return "context full";
+    case LILIMS_ERR_CANCELLED: return "cancelled";
+    case LILIMS_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* lilims_version_string(void) {
+  static const std::string v = std::to_string(LILIMS_VERSION_MAJOR) + "." +
+                               std::to_string(LILIMS_VERSION_MINOR) + "." +
+                               std::to_string(LILIMS_VERSION_PATCH) + " (isa: " +
+                               lilims::kernels::isa_name(lilims::kernels::active_isa()) + ")";
+  return v.c_str();
+}
+
+lilims_model_params lilims_model_default_params(void) {
+  lilims_model_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.use_mmap = 1;
+  return p;
+}
+
+lilims_status lilims_model_open(const char* path, const lilims_model_params* params,
+                                lilims_model** out_model) {
+  if (!out_model) return null_arg("model_open", "out_model");
+  *out_model = nullptr;
+  if (!path) return null_arg("model_open", "path");
+  return guarded([&] {
+    lilims::runtime::ModelOptions opt;
+    if (params) {
+      if (params->struct_size < sizeof(size_t) + sizeof(int32_t)) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[model_open] params.struct_size is not set");
+      }
+      opt.use_mmap = params->use_mmap != 0;
+    }
+    auto m = std::make_unique<lilims_model>();
+    m->impl = Model::open(path, opt);
+    m->file_bytes = m->impl->llama().file->file_size();
+    *out_model = m.release();
+    return LILIMS_OK;
+  });
+}
+
+void lilims_model_free(lilims_model* model) { delete model; }
+
+lilims_status lilims_model_get_info(const lilims_model* model, lilims_model_info* info) {
+  if (!model) return null_arg("model_get_info", "model");
+  if (!info) return null_arg("model_get_info", "out_info");
+  return guarded([&] {
+    const size_t size = info->struct_size;
+    if (size < sizeof(lilims_model_info)) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       "[model_get_info] info.struct_size must be sizeof(lilims_model_info)");
+    }
+    std::memset(info, 0, sizeof *info);
+    info->struct_size = size;
+    const Model& m = *model->impl;
+    const auto& hp = m.hparams();
+    copy_str(info->architecture, sizeof info->architecture, "llama");
+    copy_str(info->name, sizeof info->name, m.name());
+    info->n_vocab = hp.n_vocab;
+    info->n_ctx_train = hp.n_ctx_train;
+    info->n_embd = hp.n_embd;
+    info->n_layer = hp.n_layer;
+    info->n_head = hp.n_head;
+    info->n_head_kv = hp.n_head_kv;
+    info->n_ff = hp.n_ff;
+    info->n_params = m.llama().n_params;
+    info->file_bytes = model->file_bytes;
+    info->bos_token = m.tokenizer().bos();
+    info->eos_token = m.tokenizer().eos();
+    info->add_bos = m.tokenizer().add_bos() ? 1 : 0;
+    info->has_chat_template = m.chat_template().empty() ? 0 : 1;
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_tokenize(const lilims_model* model, const char* text, size_t text_len,
+                              int32_t add_bos, int32_t parse_special, lilims_token* out_tokens,
+                              size_t capacity, size_t* out_count) {
+  if (!model) return null_arg("tokenize", "model");
+  if (!text && text_len) return null_arg("tokenize", "text");
+  if (!out_count) return null_arg("tokenize", "out_count");
+  return guarded([&] {
+    const auto ids = model->impl->tokenizer().encode(std::string_view(text ? text : "", text_len),
+                                                     add_bos != 0, parse_special != 0);
+    *out_count = ids.size();
+    if (ids.size() > capacity || (!out_tokens && !ids.empty())) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[tokenize] room for " +
+                                                        std::to_string(capacity) + " tokens, " +
+                                                        std::to_string(ids.size()) + " needed");
+    }
+    if (!ids.empty()) std::memcpy(out_tokens, ids.data(), ids.size() * sizeof(lilims_token));
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_token_to_piece(const lilims_model* model, lilims_token token, char* out,
+                                    size_t capacity, size_t* out_len) {
+  if (!model) return null_arg("token_to_piece", "model");
+  return guarded([&] {
+    const auto& tk = model->impl->tokenizer();
+    if (token < 0 || token >= tk.n_vocab()) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       "[token_to_piece] token " + std::to_string(token) + " is out of range");
+    }
+    return copy_out("token_to_piece", tk.token_to_piece(token), out, capacity, out_len, false);
+  });
+}
+
+lilims_status lilims_detokenize(const lilims_model* model, const lilims_token* tokens,
+                                size_t n_tokens, char* out, size_t capacity, size_t* out_len) {
+  if (!model) return null_arg("detokenize", "model");
+  if (!tokens && n_tokens) return null_arg("detokenize", "tokens");
+  return guarded([&] {
+    const auto& tk = model->impl->tokenizer();
+    std::vector<int32_t> ids(tokens, tokens + n_tokens);
+    for (int32_t t : ids) {
+      if (t < 0 || t >= tk.n_vocab()) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         "[detokenize] token " + std::to_string(t) + " is out of range");
+      }
+    }
+    return copy_out("detokenize", tk.decode(ids), out, capacity, out_len, false);
+  });
+}
+
+lilims_status lilims_chat_apply_template(const lilims_model* model, const char* template_name,
+                                         const lilims_chat_message* messages, size_t n_messages,
+                                         int32_t add_generation_prompt, char* out_text,
+                                         size_t capacity, size_t* out_len) {
+  if (!model) return null_arg("chat_apply_template", "model");
+  if (!messages && n_messages) return null_arg("chat_apply_template", "messages");
+  return guarded([&] {
+    std::string name = template_name ? template_name : model->impl->chat_template();
+    if (name.empty()) {
+      return set_error(LILIMS_ERR_UNSUPPORTED,
+                       "[chat_apply_template] the model has no chat template lilims knows; "
+                       "name one (chatml, llama2, zephyr, phi3, llama3)");
+    }
+    std::vector<lilims::tok::ChatMessage> msgs;
+    for (size_t i = 0; i < n_messages; ++i) {
+      if (!messages[i].role || !messages[i].content) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[chat_apply_template] message " +
+                                                          std::to_string(i) +
+                                                          " has a NULL role or content");
+      }
+      msgs.push_back({messages[i].role, messages[i].content});
+    }
+    const std::string text =
+        lilims::tok::apply_chat_template(name, msgs, add_generation_prompt != 0);
+    return copy_out("chat_apply_template", text, out_text, capacity, out_len, true);
+  });
+}
+
+lilims_session_params lilims_session_default_params(void) {
+  lilims_session_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  return p;
+}
+
+lilims_status lilims_session_create(lilims_model* model, const lilims_session_params* params,
+                                    lilims_session** out_session) {
+  if (!out_session) return null_arg("session_create", "out_session");
+  *out_session = nullptr;
+  if (!model) return null_arg("session_create", "model");
+  return guarded([&] {
+    lilims::runtime::SessionOptions opt;
+    if (params) {
+      if (params->struct_size < sizeof(lilims_session_params)) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         "[session_create] params.struct_size is not set");
+      }
+      if (params->n_ctx < 0 || params->n_threads < 0) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         "[session_create] n_ctx and n_threads must not be negative");
+      }
+      opt.n_ctx = params->n_ctx;
+      opt.n_threads = params->n_threads;
+    }
+    auto s = std::make_unique<lilims_session>();
+    s->impl = std::make_unique<Session>(*model->impl, opt);
+    *out_session = s.release();
+    return LILIMS_OK;
+  });
+}
+
+void lilims_session_free(lilims_session* session) { delete session; }
+
+lilims_status lilims_session_reset(lilims_session* session) {
+  if (!session) return null_arg("session_reset", "session");
+  session->impl->reset();
+  return LILIMS_OK;
+}
+
+int32_t lilims_session_n_past(const lilims_session* session) {
+  return session ? session->impl->n_past() : 0;
+}
+
+int32_t lilims_session_n_ctx(const lilims_session* session) {
+  return session ? session->impl->n_ctx() : 0;
+}
+
+lilims_status lilims_session_eval(lilims_session* session, const lilims_token* tokens,
+                                  size_t n_tokens) {
+  if (!session) return null_arg("session_eval", "session");
+  if (!tokens && n_tokens) return null_arg("session_eval", "tokens");
+  return guarded([&] {
+    session->impl->eval(std::vector<int32_t>(tokens, tokens + n_tokens));
+    return LILIMS_OK;
+  });
+}
+
+const float* lilims_session_logits(const lilims_session* session) {
+  if (!session || !session->impl->has_logits()) return nullptr;
+  return session->impl->logits().data();
+}
+
+lilims_sampling_params lilims_sampling_default_params(void) {
+  lilims_sampling_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  const lilims::runtime::SamplingParams d;
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  p.min_p = d.min_p;
+  p.repeat_penalty = d.repeat_penalty;
+  p.repeat_last_n = d.repeat_last_n;
+  p.seed = d.seed;
+  return p;
+}
+
+lilims_generate_params lilims_generate_default_params(void) {
+  lilims_generate_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.max_tokens = 128;
+  p.sampling = lilims_sampling_default_params();
+  p.add_bos = 1;
+  p.parse_special = 1;
+  return p;
+}
+
+lilims_status lilims_generate(lilims_session* session, const char* prompt,
+                              const lilims_generate_params* params,
+                              lilims_generate_stats* out_stats) {
+  if (!session) return null_arg("generate", "session");
+  if (!params) return null_arg("generate", "params");
+  return guarded([&] {
+    if (params->struct_size < sizeof(lilims_generate_params)) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] params.struct_size is not set");
+    }
+    if (out_stats && out_stats->struct_size < sizeof(lilims_generate_stats)) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] stats.struct_size is not set");
+    }
+    lilims::runtime::GenerateOptions opt;
+    opt.max_tokens = params->max_tokens;
+    const lilims_sampling_params& sp = params->sampling;
+    opt.sampling.temperature = sp.temperature;
+    opt.sampling.top_k = sp.top_k;
+    opt.sampling.top_p = sp.top_p;
+    opt.sampling.min_p = sp.min_p;
+    opt.sampling.repeat_penalty = sp.repeat_penalty;
+    opt.sampling.repeat_last_n = sp.repeat_last_n;
+    opt.sampling.seed = sp.seed;
+    opt.add_bos = params->add_bos != 0;
+    opt.parse_special = params->parse_special != 0;
+    if (params->on_token) {
+      const lilims_token_callback cb = params->on_token;
+      void* ud = params->user_data;
+      opt.on_token = [cb, ud](int32_t token, const std::string& text) {
+        return cb(ud, token, text.c_str(), text.size()) != 0;
+      };
+    }
+    const auto r = session->impl->generate(prompt ? prompt : "", opt);
+    if (out_stats) {
+      out_stats->n_prompt_tokens = r.n_prompt_tokens;
+      out_stats->n_generated_tokens = (int32_t)r.tokens.size();
+      out_stats->prompt_seconds = r.prompt_seconds;
+      out_stats->generate_seconds = r.generate_seconds;
+      out_stats->stop_reason = (int32_t)r.stop;
+    }
+    return LILIMS_OK;
+  });
+}
+
+void lilims_session_cancel(lilims_session* session) {
+  if (session) session->impl->cancel();
+}
+
+}  // extern "C"

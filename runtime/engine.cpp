@@ -1,0 +1,190 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "base/error.h"
+#include "tokenizer/chat.h"
+
+namespace lilims::runtime {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& opt) {
+  gguf::OpenOptions go;
+  go.use_mmap = opt.use_mmap;
+  auto file = gguf::File::open(path, go);
+  auto m = std::unique_ptr<Model>(new Model());
+  m->tokenizer_ = tok::Tokenizer::from_gguf(*file);
+  if (const gguf::Value* v = file->find("tokenizer.chat_template")) {
+    if (v->type == gguf::ValueType::STRING) {
+      m->has_template_text_ = true;
+      m->chat_template_ = tok::detect_chat_template(v->s);
+    }
+  }
+  m->name_ = file->get_string_or("general.name", "");
+  models::LoadOptions lo;
+  lo.repack = opt.repack;
+  m->llama_ = models::load_llama(std::move(file), lo);
+  if (m->tokenizer_->n_vocab() > m->llama_->hp.n_vocab) {
+    throw Error(LILIMS_ERR_BAD_FORMAT,
+                "[model] the vocabulary has " + std::to_string(m->tokenizer_->n_vocab()) +
+                    " tokens but the embedding only " + std::to_string(m->llama_->hp.n_vocab));
+  }
+  return m;
+}
+
+Session::Session(const Model& model, const SessionOptions& opt) : model_(model) {
+  int threads = opt.n_threads;
+  if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
+  pool_ = std::make_unique<graph::ThreadPool>(threads);
+  models::ForwardConfig cfg;
+  cfg.mode = opt.mode;
+  cfg.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
+  cfg.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(model.hparams().n_ctx_train, 4096);
+  if (cfg.n_ctx > (1 << 20)) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] n_ctx " + std::to_string(cfg.n_ctx) +
+                                                 " is too large");
+  }
+  try {
+    ctx_ = std::make_unique<models::LlamaContext>(model.llama(), cfg, *pool_);
+  } catch (const std::bad_alloc&) {
+    throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory for a KV cache of " +
+                                              std::to_string(cfg.n_ctx) + " tokens");
+  }
+  logits_.resize((size_t)model.hparams().n_vocab);
+}
+
+void Session::reset() {
+  tokens_.clear();
+  has_logits_ = false;
+  cancel_.store(false);
+}
+
+void Session::check_fits(size_t n) const {
+  if (tokens_.size() + n > (size_t)ctx_->n_ctx()) {
+    throw Error(LILIMS_ERR_CONTEXT_FULL,
+                "[session] " + std::to_string(n) + " tokens do not fit: " +
+                    std::to_string(tokens_.size()) + " of " + std::to_string(ctx_->n_ctx()) +
+                    " positions are in use");
+  }
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  (void)n_vocab;
+}
+
+void Session::eval(const std::vector<int32_t>& tokens) {
+  check_fits(tokens.size());
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] token id " + std::to_string(t) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(n_vocab - 1) + ")");
+    }
+  }
+  const int32_t step = ctx_->config().n_batch;
+  for (size_t done = 0; done < tokens.size(); done += (size_t)step) {
+    if (cancel_.exchange(false)) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
+    const int32_t m = (int32_t)std::min<size_t>((size_t)step, tokens.size() - done);
+    ctx_->forward(tokens.data() + done, m, (int32_t)tokens_.size(), logits_.data(), false);
+    tokens_.insert(tokens_.end(), tokens.begin() + (ptrdiff_t)done,
+                   tokens.begin() + (ptrdiff_t)done + m);
+    has_logits_ = true;
+  }
+}
+
+void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
+  check_fits(tokens.size());
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[session] token id " + std::to_string(t) + " is outside the vocabulary");
+    }
+  }
+  logits.resize(tokens.size() * (size_t)n_vocab);
+  ctx_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
+                true);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (!tokens.empty()) {
+    std::copy(logits.end() - n_vocab, logits.end(), logits_.begin());
+    has_logits_ = true;
+  }
+}
+
+GenerateResult Session::generate(const std::string& prompt, const GenerateOptions& opt) {
+  const bool bos = opt.add_bos && tokens_.empty();
+  return generate_tokens(model_.tokenizer().encode(prompt, bos, opt.parse_special), opt);
+}
+
+GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
+                                        const GenerateOptions& opt) {
+  GenerateResult r;
+  r.n_prompt_tokens = (int32_t)prompt.size();
+  const tok::Tokenizer& tk = model_.tokenizer();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (prompt.empty() && !has_logits_) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[generate] nothing to continue: the prompt is empty and the session has no tokens");
+  }
+  try {
+    eval(prompt);
+  } catch (const Error& e) {
+    if (e.status() != LILIMS_ERR_CANCELLED) throw;
+    r.stop = StopReason::cancelled;
+    return r;
+  }
+  r.prompt_seconds = seconds_since(t0);
+  Sampler sampler(opt.sampling);
+  tok::StreamDecoder decoder(tk);
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  auto t_first = std::chrono::steady_clock::now();
+  for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
+    if (cancel_.exchange(false)) {
+      r.stop = StopReason::cancelled;
+      break;
+    }
+    const int32_t next = sampler.sample(logits_.data(), n_vocab, tokens_);
+    if (i == 0) t_first = std::chrono::steady_clock::now();
+    if (tk.is_eog(next)) {
+      r.stop = StopReason::end_of_generation;
+      break;
+    }
+    r.tokens.push_back(next);
+    const std::string piece = decoder.push(next);
+    r.text += piece;
+    const bool stop = opt.on_token && opt.on_token(next, piece);
+    // The token joins the sequence even when generation ends here, so that a
+    // later call continues from the text the caller has seen.
+    if (tokens_.size() >= (size_t)ctx_->n_ctx()) {
+      r.stop = StopReason::context_full;
+      break;
+    }
+    try {
+      eval({next});
+    } catch (const Error& e) {
+      if (e.status() != LILIMS_ERR_CANCELLED) throw;
+      r.stop = StopReason::cancelled;
+      break;
+    }
+    if (stop) {
+      r.stop = StopReason::callback;
+      break;
+    }
+  }
+  const std::string rest = decoder.flush();
+  if (!rest.empty()) {
+    r.text += rest;
+    if (opt.on_token) opt.on_token(-1, rest);
+  }
+  r.generate_seconds = seconds_since(t_first);
+  return r;
+}
+
+}  // namespace lilims::runtime

@@ -1,0 +1,114 @@
+// The C++ side of the runtime: a loaded model (weights + tokenizer, shared
+// read-only by sessions) and a session (KV cache, thread pool, generation).
+// The C API (c_api.cpp) wraps these; tools and tests may use them directly.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/matmul.h"
+#include "models/llama.h"
+#include "models/llama_forward.h"
+#include "runtime/sampling.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lilims::runtime {
+
+struct ModelOptions {
+  bool use_mmap = true;
+  bool repack = true;
+};
+
+class Model {
+ public:
+  // Throws lilims::Error.
+  static std::unique_ptr<Model> open(const std::string& path, const ModelOptions& opt = {});
+
+  const models::LlamaModel& llama() const { return *llama_; }
+  const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const models::LlamaHParams& hparams() const { return llama_->hp; }
+  // The recognised chat template ("chatml", ...) or "" when the model has none we know.
+  const std::string& chat_template() const { return chat_template_; }
+  bool has_chat_template_text() const { return has_template_text_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::unique_ptr<models::LlamaModel> llama_;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  std::string chat_template_;
+  bool has_template_text_ = false;
+  std::string name_;
+};
+
+struct SessionOptions {
+  int32_t n_ctx = 0;      // 0: the model's training context, capped at 4096
+  int32_t n_threads = 0;  // 0: hardware concurrency
+  int32_t n_batch = 64;
+  models::ExecMode mode = models::ExecMode::fast;
+};
+
+enum class StopReason { max_tokens = 0, end_of_generation = 1, callback = 2, context_full = 3,
+                        cancelled = 4 };
+
+struct GenerateOptions {
+  int32_t max_tokens = 128;  // <= 0: until EOG or the context is full
+  SamplingParams sampling;
+  bool add_bos = true;       // when the session is empty and the vocabulary asks for BOS
+  bool parse_special = true;
+  // Called with each token and the complete UTF-8 text it completes; return
+  // true to stop.
+  std::function<bool(int32_t token, const std::string& text)> on_token;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated, EOG excluded
+  std::string text;
+  int32_t n_prompt_tokens = 0;
+  double prompt_seconds = 0.0;
+  double generate_seconds = 0.0;
+  StopReason stop = StopReason::max_tokens;
+};
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& opt);
+
+  // Appends tokens to the sequence and runs them; throws LILIMS_ERR_CONTEXT_FULL
+  // (nothing evaluated) when they do not fit, LILIMS_ERR_INVALID_ARGUMENT for an
+  // id outside the vocabulary, LILIMS_ERR_CANCELLED when cancelled (the tokens
+  // evaluated so far stay).
+  void eval(const std::vector<int32_t>& tokens);
+  // Logits for every position of `tokens` appended now (n * n_vocab), for
+  // perplexity and numerics tests.
+  void eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits);
+  const std::vector<float>& logits() const { return logits_; }  // of the last token
+  bool has_logits() const { return has_logits_; }
+
+  GenerateResult generate(const std::string& prompt, const GenerateOptions& opt);
+  // Same, from token ids already tokenized.
+  GenerateResult generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+  void reset();
+  void cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  int32_t n_past() const { return (int32_t)tokens_.size(); }
+  int32_t n_ctx() const { return ctx_->n_ctx(); }
+  const Model& model() const { return model_; }
+  int n_threads() const { return pool_->size(); }
+
+ private:
+  void check_fits(size_t n) const;
+
+  const Model& model_;
+  std::unique_ptr<graph::ThreadPool> pool_;
+  std::unique_ptr<models::LlamaContext> ctx_;
+  std::vector<int32_t> tokens_;  // the sequence in the KV cache
+  std::vector<float> logits_;
+  bool has_logits_ = false;
+  std::atomic<bool> cancel_{false};
+};
+
+}  // namespace lilims::runtime

@@ -1,0 +1,115 @@
+// lilims run: one prompt in, generated text out (stdout carries only the
+// text, streamed; diagnostics and statistics go to stderr).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "base/error.h"
+#include "runtime/engine.h"
+#include "tokenizer/chat.h"
+#include "tools/cli.h"
+#include "tools/common.h"
+
+namespace {
+
+using namespace lilims;
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: lilims run [-m MODEL.gguf] -p PROMPT [options]\n"
+               "  -m, --model PATH       GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
+               "  -p, --prompt TEXT      the prompt (a user turn in the model's chat template)\n"
+               "  -f, --file PATH        read the prompt from a file\n"
+               "  -n, --n-predict N      tokens to generate (default 128; -1 until end)\n"
+               "  --system TEXT          system turn of the chat template\n"
+               "  --raw                  use the prompt as it is, without the chat template\n"
+               "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
+               "  --temp T               temperature (default 0: greedy)\n"
+               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
+               "  -t, --threads N        threads (default: all cores)\n"
+               "  -c, --ctx N            context length (default: the model's, up to 4096)\n"
+               "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"
+               "  -q, --quiet            no statistics on stderr\n");
+}
+
+int run_main(int argc, char** argv) {
+  tools::CommonArgs common;
+  std::string prompt, system_prompt, template_name;
+  bool have_prompt = false, raw = false, quiet = false;
+  runtime::GenerateOptions gen;
+  gen.max_tokens = 128;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto next = [&]() -> const char* {
+        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        return argv[++i];
+      };
+      if (common.parse(a, next)) continue;
+      if (a == "-p" || a == "--prompt") {
+        prompt = next();
+        have_prompt = true;
+      } else if (a == "-f" || a == "--file") {
+        prompt = tools::read_text_file(next());
+        have_prompt = true;
+      } else if (a == "-n" || a == "--n-predict") {
+        gen.max_tokens = (int32_t)cli::parse_int("-n", next());
+      } else if (a == "--system") {
+        system_prompt = next();
+      } else if (a == "--raw") {
+        raw = true;
+      } else if (a == "--template") {
+        template_name = next();
+      } else if (a == "-q" || a == "--quiet") {
+        quiet = true;
+      } else if (tools::parse_sampling(a, next, gen.sampling)) {
+        continue;
+      } else if (a == "-h" || a == "--help") {
+        usage();
+        return 0;
+      } else {
+        throw std::invalid_argument("unknown option '" + a + "'");
+      }
+    }
+    if (!have_prompt) throw std::invalid_argument("a prompt is needed (-p TEXT or -f FILE)");
+  } catch (const std::invalid_argument& e) {
+    cli::fail("run", e.what());
+    usage();
+    return 2;
+  }
+
+  try {
+    auto model = tools::open_model(common);
+    runtime::Session session(*model, common.session_options());
+    std::string text = prompt;
+    const std::string tmpl = template_name.empty() ? model->chat_template() : template_name;
+    if (!raw && !tmpl.empty()) {
+      std::vector<tok::ChatMessage> msgs;
+      if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
+      msgs.push_back({"user", prompt});
+      text = tok::apply_chat_template(tmpl, msgs, true);
+    } else if (!raw && !system_prompt.empty()) {
+      std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
+    }
+    gen.parse_special = true;  // the template (or a raw prompt) may spell special tokens
+    gen.on_token = [](int32_t, const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return false;
+    };
+    const runtime::GenerateResult r = session.generate(text, gen);
+    std::fputc('\n', stdout);
+    if (!quiet) tools::print_stats(stderr, r, session);
+    return 0;
+  } catch (const Error& e) {
+    return cli::fail("run", e.what());
+  } catch (const std::exception& e) {
+    return cli::fail("run", e.what());
+  }
+}
+
+}  // namespace
+
+LILIMS_REGISTER_COMMAND(run, "run", "generate text from a prompt", run_main);

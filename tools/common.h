@@ -1,0 +1,35 @@
+// Options and helpers the model-running subcommands share.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/engine.h"
+
+namespace lilims::tools {
+
+struct CommonArgs {
+  std::string model_path;  // empty: the default model
+  int32_t n_threads = 0;
+  int32_t n_ctx = 0;
+  models::ExecMode mode = models::ExecMode::fast;
+  bool use_mmap = true;
+
+  // Consumes -m/-t/-c/--exec/--no-mmap; `next` returns the option's value.
+  bool parse(const std::string& arg, const std::function<const char*()>& next);
+  runtime::SessionOptions session_options() const;
+};
+
+// ~/.cache/lilims/models/SmolLM2-135M-Instruct.Q4_1.gguf (or $LILIMS_MODEL_DIR/...),
+// where scripts/fetch_model.sh puts it.
+std::string default_model_path();
+std::unique_ptr<runtime::Model> open_model(const CommonArgs& args);
+
+bool parse_sampling(const std::string& arg, const std::function<const char*()>& next,
+                    runtime::SamplingParams& p);
+std::string read_text_file(const std::string& path);  // throws std::invalid_argument
+void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s);
+
+}  // namespace lilims::tools
