@@ -1,0 +1,1 @@
+// llama2.c checkpoint -> GGUF (work in progress).

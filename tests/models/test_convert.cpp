@@ -1,0 +1,1 @@
+// llama2.c converter tests: see below (added with the converter).
