@@ -360,6 +360,7 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     opt.sampling.seed = sp.seed;
     opt.add_bos = params->add_bos != 0;
     opt.parse_special = params->parse_special != 0;
+    opt.json = params->json_object != 0;
     if (params->on_token) {
       const lilims_token_callback cb = params->on_token;
       void* ud = params->user_data;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "runtime/json_constraint.h"
 #include "tokenizer/chat.h"
 
 namespace lilims::runtime {
@@ -37,6 +38,10 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
                 "[model] the vocabulary has " + std::to_string(m->tokenizer_->n_vocab()) +
                     " tokens but the embedding only " + std::to_string(m->llama_->hp.n_vocab));
   }
+  m->pieces_.resize((size_t)m->tokenizer_->n_vocab());
+  for (int32_t i = 0; i < m->tokenizer_->n_vocab(); ++i) {
+    if (!m->tokenizer_->is_control(i)) m->pieces_[(size_t)i] = m->tokenizer_->token_to_piece(i);
+  }
   return m;
 }
 
@@ -67,6 +72,32 @@ void Session::reset() {
   cancel_.store(false);
 }
 
+void Session::truncate(int32_t n) {
+  if (n < 0 || n > (int32_t)tokens_.size()) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] cannot truncate " +
+                                                 std::to_string(tokens_.size()) +
+                                                 " tokens to " + std::to_string(n));
+  }
+  tokens_.resize((size_t)n);
+  has_logits_ = false;
+}
+
+GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full_prompt,
+                                                const GenerateOptions& opt) {
+  size_t common = 0;
+  while (common < tokens_.size() && common < full_prompt.size() &&
+         tokens_[common] == full_prompt[common]) {
+    ++common;
+  }
+  // At least one token must run to give logits to sample from.
+  if (common == full_prompt.size() && common > 0) --common;
+  truncate((int32_t)common);
+  GenerateResult r = generate_tokens(
+      std::vector<int32_t>(full_prompt.begin() + (ptrdiff_t)common, full_prompt.end()), opt);
+  r.n_prompt_tokens = (int32_t)full_prompt.size();
+  return r;
+}
+
 void Session::check_fits(size_t n) const {
   if (tokens_.size() + n > (size_t)ctx_->n_ctx()) {
     throw Error(LILIMS_ERR_CONTEXT_FULL,
@@ -74,8 +105,6 @@ void Session::check_fits(size_t n) const {
                     std::to_string(tokens_.size()) + " of " + std::to_string(ctx_->n_ctx()) +
                     " positions are in use");
   }
-  const int32_t n_vocab = model_.hparams().n_vocab;
-  (void)n_vocab;
 }
 
 void Session::eval(const std::vector<int32_t>& tokens) {
@@ -145,12 +174,27 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
   tok::StreamDecoder decoder(tk);
   const int32_t n_vocab = model_.hparams().n_vocab;
   auto t_first = std::chrono::steady_clock::now();
+  JsonPrefix json;
+  const std::vector<std::string>& pieces = model_.pieces();
+  const std::function<bool(int32_t)> accept_json = [&](int32_t id) {
+    if (id >= (int32_t)pieces.size() || pieces[(size_t)id].empty()) return false;
+    JsonPrefix probe = json;
+    return probe.feed(pieces[(size_t)id]);
+  };
   for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
     if (cancel_.exchange(false)) {
       r.stop = StopReason::cancelled;
       break;
     }
-    const int32_t next = sampler.sample(logits_.data(), n_vocab, tokens_);
+    int32_t next;
+    if (opt.json) {
+      next = sampler.sample(logits_.data(), n_vocab, tokens_, nullptr, &accept_json);
+      if (next < 0) {
+        throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the JSON output");
+      }
+    } else {
+      next = sampler.sample(logits_.data(), n_vocab, tokens_);
+    }
     if (i == 0) t_first = std::chrono::steady_clock::now();
     if (tk.is_eog(next)) {
       r.stop = StopReason::end_of_generation;
@@ -159,7 +203,14 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
     r.tokens.push_back(next);
     const std::string piece = decoder.push(next);
     r.text += piece;
-    const bool stop = opt.on_token && opt.on_token(next, piece);
+    bool stop = opt.on_token && opt.on_token(next, piece);
+    if (opt.json) {
+      json.feed(pieces[(size_t)next]);
+      if (json.complete()) {
+        r.stop = StopReason::end_of_generation;
+        break;
+      }
+    }
     // The token joins the sequence even when generation ends here, so that a
     // later call continues from the text the caller has seen.
     if (tokens_.size() >= (size_t)ctx_->n_ctx()) {

@@ -35,6 +35,8 @@ class Model {
   const std::string& chat_template() const { return chat_template_; }
   bool has_chat_template_text() const { return has_template_text_; }
   const std::string& name() const { return name_; }
+  // Every token's decoded bytes (constrained decoding tests them).
+  const std::vector<std::string>& pieces() const { return pieces_; }
 
  private:
   std::unique_ptr<models::LlamaModel> llama_;
@@ -42,6 +44,7 @@ class Model {
   std::string chat_template_;
   bool has_template_text_ = false;
   std::string name_;
+  std::vector<std::string> pieces_;
 };
 
 struct SessionOptions {
@@ -59,6 +62,8 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool add_bos = true;       // when the session is empty and the vocabulary asks for BOS
   bool parse_special = true;
+  // Constrain the output to one valid JSON object; generation ends when it closes.
+  bool json = false;
   // Called with each token and the complete UTF-8 text it completes; return
   // true to stop.
   std::function<bool(int32_t token, const std::string& text)> on_token;
@@ -93,6 +98,16 @@ class Session {
   GenerateResult generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& opt);
 
   void reset();
+  // Keeps the first n tokens of the sequence (and their KV rows); the next
+  // eval continues at position n.  No logits until the next eval.
+  void truncate(int32_t n);
+  // The tokens in the KV cache.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Generates after `full_prompt`, the whole sequence the session should
+  // hold: reuses the KV cache for the longest prefix it already holds and
+  // evaluates only the rest (multi-turn chat, repeated system prompts).
+  GenerateResult generate_reusing_prefix(const std::vector<int32_t>& full_prompt,
+                                         const GenerateOptions& opt);
   void cancel() { cancel_.store(true, std::memory_order_relaxed); }
   int32_t n_past() const { return (int32_t)tokens_.size(); }
   int32_t n_ctx() const { return ctx_->n_ctx(); }

@@ -17,7 +17,7 @@ int32_t argmax(const float* logits, int32_t n) {
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab, const std::vector<int32_t>& recent,
-                        const uint8_t* allowed) {
+                        const uint8_t* allowed, const std::function<bool(int32_t)>* accept) {
   cand_.clear();
   for (int32_t i = 0; i < n_vocab; ++i) {
     if (!allowed || allowed[i]) cand_.emplace_back(logits[i], i);
@@ -36,6 +36,25 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const std::vector<
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
+  if (accept) {
+    // Test the likeliest tokens first; only if none passes, test them all.
+    const size_t head = std::min<size_t>(cand_.size(), 256);
+    std::partial_sort(cand_.begin(), cand_.begin() + (ptrdiff_t)head, cand_.end(), by_logit);
+    kept_.clear();
+    for (size_t i = 0; i < head; ++i) {
+      if ((*accept)(cand_[i].second)) {
+        kept_.push_back(cand_[i]);
+        if (p_.temperature <= 0.0f) break;  // greedy: the first acceptable one wins
+      }
+    }
+    if (kept_.empty()) {
+      for (size_t i = head; i < cand_.size(); ++i) {
+        if ((*accept)(cand_[i].second)) kept_.push_back(cand_[i]);
+      }
+    }
+    if (kept_.empty()) return -1;
+    cand_.swap(kept_);
+  }
   if (p_.temperature <= 0.0f) {
     return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -24,14 +25,18 @@ class Sampler {
   explicit Sampler(const SamplingParams& p);
   // Picks a token from n_vocab logits (not modified).  recent: the tokens the
   // repetition penalty looks at (the last repeat_last_n are used).
-  // allowed (optional, n_vocab entries): 0 excludes a token.
+  // allowed (optional, n_vocab entries): 0 excludes a token.  accept
+  // (optional): a costlier test, asked lazily from the most likely token down
+  // (constrained decoding).  Returns -1 when no token is acceptable.
   int32_t sample(const float* logits, int32_t n_vocab, const std::vector<int32_t>& recent,
-                 const uint8_t* allowed = nullptr);
+                 const uint8_t* allowed = nullptr,
+                 const std::function<bool(int32_t)>* accept = nullptr);
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // reused: no allocation per token
+  std::vector<std::pair<float, int32_t>> kept_;
 };
 
 // Index of the largest logit (the lowest index on ties).

@@ -25,6 +25,7 @@ void usage() {
                "  -n, --n-predict N      tokens to generate (default 128; -1 until end)\n"
                "  --system TEXT          system turn of the chat template\n"
                "  --raw                  use the prompt as it is, without the chat template\n"
+               "  --json                 the output is one strictly valid JSON object\n"
                "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
                "  --temp T               temperature (default 0: greedy)\n"
                "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
@@ -62,6 +63,8 @@ int run_main(int argc, char** argv) {
         raw = true;
       } else if (a == "--template") {
         template_name = next();
+      } else if (a == "--json") {
+        gen.json = true;
       } else if (a == "-q" || a == "--quiet") {
         quiet = true;
       } else if (tools::parse_sampling(a, next, gen.sampling)) {

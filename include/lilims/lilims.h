@@ -169,7 +169,8 @@ lilims_sampling_params lilims_sampling_default_params(void);
 
 /* Called with each newly generated piece of text (always whole UTF-8
  * characters; may be empty when a token completes no character yet) and its
- * token.  Return nonzero to stop generation. */
+ * token (-1 for bytes held back until the end and flushed then, which are
+ * invalid UTF-8 replaced by U+FFFD).  Return nonzero to stop generation. */
 typedef int (*lilims_token_callback)(void *user_data, lilims_token token, const char *text,
                                      size_t text_len);
 
@@ -179,6 +180,8 @@ typedef struct lilims_generate_params {
   lilims_sampling_params sampling;
   int32_t add_bos;           /* add BOS when the session is empty and the model asks for it */
   int32_t parse_special;     /* parse special-token text in the prompt (1 by default) */
+  int32_t json_object;       /* 1: the output is one strictly valid JSON object; generation
+                                ends when it closes (constrained decoding) */
   lilims_token_callback on_token;
   void *user_data;
 } lilims_generate_params;

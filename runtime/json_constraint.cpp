@@ -1,0 +1,214 @@
+#include "runtime/json_constraint.h"
+
+namespace lilims::runtime {
+
+bool JsonPrefix::feed(std::string_view bytes) {
+  for (char c : bytes) {
+    if (!feed_byte((uint8_t)c)) return false;
+  }
+  return true;
+}
+
+bool JsonPrefix::whitespace(uint8_t c) {
+  if (c != ' ' && c != '\n' && c != '\t' && c != '\r') return false;
+  return ++ws_run_ <= kMaxWhitespaceRun;
+}
+
+bool JsonPrefix::end_value() {
+  if (depth_ == 0) {
+    state_ = St::done;
+  } else {
+    state_ = St::after_value;
+  }
+  return true;
+}
+
+bool JsonPrefix::start_value(uint8_t c) {
+  if (depth_ == 0 && root_object_ && c != '{') return false;
+  switch (c) {
+    case '{':
+    case '[':
+      if (depth_ >= kMaxDepth) return false;
+      stack_[depth_++] = (char)c;
+      state_ = c == '{' ? St::key_or_end : St::value_or_end;
+      return true;
+    case '"':
+      string_is_key_ = false;
+      state_ = St::string;
+      return true;
+    case 't': literal_ = "rue"; state_ = St::literal; return true;
+    case 'f': literal_ = "alse"; state_ = St::literal; return true;
+    case 'n': literal_ = "ull"; state_ = St::literal; return true;
+    case '-': num_ = Num::minus; state_ = St::number; return true;
+    case '0': num_ = Num::zero; state_ = St::number; return true;
+    default:
+      if (c >= '1' && c <= '9') {
+        num_ = Num::int_digits;
+        state_ = St::number;
+        return true;
+      }
+      return false;
+  }
+}
+
+// Handles c while in a number.  *consumed = false means the number ended
+// before c and c must be processed in the state after the value.
+bool JsonPrefix::number_byte(uint8_t c, bool* consumed) {
+  const bool digit = c >= '0' && c <= '9';
+  *consumed = true;
+  switch (num_) {
+    case Num::minus:
+      if (c == '0') { num_ = Num::zero; return true; }
+      if (digit) { num_ = Num::int_digits; return true; }
+      return false;
+    case Num::zero:
+    case Num::int_digits:
+      if (digit && num_ == Num::int_digits) return true;
+      if (c == '.') { num_ = Num::dot; return true; }
+      if (c == 'e' || c == 'E') { num_ = Num::exp; return true; }
+      break;  // the number may end here
+    case Num::dot:
+      if (digit) { num_ = Num::frac; return true; }
+      return false;
+    case Num::frac:
+      if (digit) return true;
+      if (c == 'e' || c == 'E') { num_ = Num::exp; return true; }
+      break;
+    case Num::exp:
+      if (c == '+' || c == '-') { num_ = Num::exp_sign; return true; }
+      if (digit) { num_ = Num::exp_digits; return true; }
+      return false;
+    case Num::exp_sign:
+      if (digit) { num_ = Num::exp_digits; return true; }
+      return false;
+    case Num::exp_digits:
+      if (digit) return true;
+      break;
+  }
+  // A complete number followed by c.  At the top level a number cannot be
+  // followed by anything we could check, so only containers get here.
+  *consumed = false;
+  if (digit) return false;  // "01"
+  return end_value();
+}
+
+bool JsonPrefix::feed_byte(uint8_t c) {
+  if (state_ == St::number) {
+    bool consumed;
+    if (!number_byte(c, &consumed)) return false;
+    if (consumed) return true;
+  }
+  switch (state_) {
+    case St::done:
+      return whitespace(c);
+    case St::value:
+      if (whitespace(c)) return true;
+      ws_run_ = 0;
+      return start_value(c);
+    case St::value_or_end:
+      if (whitespace(c)) return true;
+      ws_run_ = 0;
+      if (c == ']') {
+        --depth_;
+        return end_value();
+      }
+      return start_value(c);
+    case St::key_or_end:
+    case St::key:
+      if (whitespace(c)) return true;
+      ws_run_ = 0;
+      if (c == '}' && state_ == St::key_or_end) {
+        --depth_;
+        return end_value();
+      }
+      if (c != '"') return false;
+      string_is_key_ = true;
+      state_ = St::string;
+      return true;
+    case St::colon:
+      if (whitespace(c)) return true;
+      ws_run_ = 0;
+      if (c != ':') return false;
+      state_ = St::value;
+      return true;
+    case St::after_value: {
+      if (whitespace(c)) return true;
+      ws_run_ = 0;
+      const char top = stack_[depth_ - 1];
+      if (c == ',') {
+        state_ = top == '{' ? St::key : St::value;
+        return true;
+      }
+      if ((c == '}' && top == '{') || (c == ']' && top == '[')) {
+        --depth_;
+        return end_value();
+      }
+      return false;
+    }
+    case St::string:
+      if (c == '"') {
+        if (string_is_key_) {
+          state_ = St::colon;
+          return true;
+        }
+        return end_value();
+      }
+      if (c == '\\') {
+        state_ = St::escape;
+        return true;
+      }
+      if (c < 0x20) return false;  // control characters must be escaped
+      if (c < 0x80) return true;
+      // UTF-8 lead byte: well-formed sequences only (no overlongs, no surrogates)
+      utf8_lo_ = 0x80;
+      utf8_hi_ = 0xBF;
+      if (c >= 0xC2 && c <= 0xDF) {
+        utf8_left_ = 1;
+      } else if (c >= 0xE0 && c <= 0xEF) {
+        utf8_left_ = 2;
+        if (c == 0xE0) utf8_lo_ = 0xA0;
+        if (c == 0xED) utf8_hi_ = 0x9F;
+      } else if (c >= 0xF0 && c <= 0xF4) {
+        utf8_left_ = 3;
+        if (c == 0xF0) utf8_lo_ = 0x90;
+        if (c == 0xF4) utf8_hi_ = 0x8F;
+      } else {
+        return false;
+      }
+      state_ = St::utf8;
+      return true;
+    case St::utf8:
+      if (c < utf8_lo_ || c > utf8_hi_) return false;
+      utf8_lo_ = 0x80;
+      utf8_hi_ = 0xBF;
+      if (--utf8_left_ == 0) state_ = St::string;
+      return true;
+    case St::escape:
+      switch (c) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+          state_ = St::string;
+          return true;
+        case 'u':
+          hex_left_ = 4;
+          state_ = St::unicode;
+          return true;
+        default:
+          return false;
+      }
+    case St::unicode: {
+      const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+      if (!hex) return false;
+      if (--hex_left_ == 0) state_ = St::string;
+      return true;
+    }
+    case St::literal:
+      if (*literal_ != (char)c) return false;
+      if (*++literal_ == '\0') return end_value();
+      return true;
+    case St::number:
+      return false;  // handled above
+  }
+  return false;
+}
+
+}  // namespace lilims::runtime

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what building and testing lilims needs on Debian 12 (idempotent).
+# Needs root for apt-get (uses sudo when not root and sudo exists).
+set -euo pipefail
+pkgs=(cmake ninja-build g++ nlohmann-json3-dev libxxhash-dev libeigen3-dev libopenblas-dev
+      libgtest-dev libbenchmark-dev libsentencepiece-dev python3-pip
+      g++-aarch64-linux-gnu qemu-user llvm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
