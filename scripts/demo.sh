@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The main job on a fresh Debian machine: installs what the build needs,
+# builds lilims, fetches the default model (SmolLM2-135M-Instruct, once) and
+# asks it for text, then for JSON.
+#   scripts/demo.sh ["your prompt"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup_deps.sh
+scripts/build.sh build -DLILIMS_BUILD_TESTS=OFF -DLILIMS_BUILD_BENCH=OFF >/dev/null
+model=$(scripts/fetch_model.sh)
+prompt=${1:-"What is the capital of France? Answer in one sentence."}
+
+echo "== text: $prompt"
+build/lilims run -m "$model" -p "$prompt" -n 96 --temp 0
+
+json_prompt='Turn the request into a JSON function call with the keys "action" and "app". Request: open the camera'
+echo
+echo "== JSON: $json_prompt"
+build/lilims run -m "$model" -p "$json_prompt" -n 64 --temp 0 --json
