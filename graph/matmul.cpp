@@ -1,0 +1,87 @@
+#include "graph/matmul.h"
+
+#include <algorithm>
+
+#include "kernels/ref/matmul_ref.h"
+
+namespace lilims::graph {
+namespace {
+
+using kernels::PackedWeight;
+
+// Row chunks are multiples of 4 (one interleaved group).  Decode: about 4
+// chunks per thread so a slow thread (a noisy neighbour) is absorbed by the
+// others.  Prefill: 32-row chunks x 64-token chunks, so a task's weights
+// (32 x K) and activations (64 x K) stay in L2 while it runs.
+struct Split {
+  int64_t row_chunk, tok_chunk, n_row_chunks, n_tok_chunks;
+};
+
+Split split(int64_t rows, int64_t n, int threads) {
+  Split s;
+  if (n <= 4) {
+    s.row_chunk = (rows + 4 * threads - 1) / (4 * threads);
+    s.row_chunk = std::max<int64_t>(16, (s.row_chunk + 3) / 4 * 4);
+    s.tok_chunk = n;
+  } else {
+    s.row_chunk = 32;
+    s.tok_chunk = 64;
+  }
+  s.n_row_chunks = (rows + s.row_chunk - 1) / s.row_chunk;
+  s.n_tok_chunks = (n + s.tok_chunk - 1) / s.tok_chunk;
+  return s;
+}
+
+}  // namespace
+
+void matmul_isa(kernels::Isa isa, const PackedWeight& W, const float* X, int64_t ldx, int64_t n,
+                float* Y, int64_t ldy, ThreadPool& pool, MatmulScratch& scratch) {
+  if (n <= 0) return;
+  const kernels::MatmulKernel& kern = kernels::select_matmul_kernel(isa, W.type, W.layout);
+  const kernels::QuantizeKernel* q = kernels::select_quantize_kernel(isa, W.type);
+  const void* act;
+  size_t act_stride;
+  if (q) {
+    act_stride = kernels::act_row_bytes(W.type, W.cols);
+    if (scratch.act.size() < act_stride * n) scratch.act.resize(act_stride * n);
+    uint8_t* a = scratch.act.data();
+    if (n == 1) {
+      q->fn(X, a, W.cols);  // too small to be worth a barrier
+    } else {
+      const int64_t per = std::max<int64_t>(1, n / (4 * pool.size()));
+      pool.parallel_for((n + per - 1) / per, [&](int64_t task, int) {
+        const int64_t j1 = std::min(n, (task + 1) * per);
+        for (int64_t j = task * per; j < j1; ++j) q->fn(X + j * ldx, a + j * act_stride, W.cols);
+      });
+    }
+    act = a;
+  } else {
+    act = X;
+    act_stride = (size_t)ldx * sizeof(float);
+  }
+  const Split s = split(W.rows, n, pool.size());
+  const auto* ab = static_cast<const uint8_t*>(act);
+  pool.parallel_for(s.n_row_chunks * s.n_tok_chunks, [&](int64_t task, int) {
+    const int64_t rc = task / s.n_tok_chunks, tc = task % s.n_tok_chunks;
+    const int64_t r0 = rc * s.row_chunk, r1 = std::min(W.rows, r0 + s.row_chunk);
+    const int64_t j0 = tc * s.tok_chunk, j1 = std::min(n, j0 + s.tok_chunk);
+    kern.fn(W, r0, r1, ab + j0 * act_stride, act_stride, j1 - j0, Y + j0 * ldy, ldy);
+  });
+}
+
+void matmul(const PackedWeight& W, const float* X, int64_t ldx, int64_t n, float* Y, int64_t ldy,
+            ThreadPool& pool, MatmulScratch& scratch) {
+  matmul_isa(kernels::active_isa(), W, X, ldx, n, Y, ldy, pool, scratch);
+}
+
+void matmul_f32_oracle(const PackedWeight& W, const float* X, int64_t ldx, int64_t n, float* Y,
+                       int64_t ldy, ThreadPool& pool, MatmulScratch&) {
+  if (n <= 0) return;
+  const int64_t chunk = 16;
+  pool.parallel_for((W.rows + chunk - 1) / chunk, [&](int64_t task, int) {
+    const int64_t r0 = task * chunk, r1 = std::min(W.rows, r0 + chunk);
+    kernels::matmul_dequant_f32__ref(W, r0, r1, X, ldx, n, Y, ldy);
+  });
+}
+
+}  // namespace lilims::graph

@@ -1,0 +1,91 @@
+// Block-quantized matmul: y = W x for llama-family weights.
+//
+// Weights stay in their GGUF bytes (layout kLayoutGguf, zero-copy) or are
+// repacked at load (quant/repack.h) into kLayoutX4: groups of 4 rows whose
+// blocks sit side by side, quants interleaved 8 bytes per row, so one 32-byte
+// AVX2 register or one 16-byte NEON register holds 2-4 rows of one column
+// chunk and needs no shuffle.  Activations are quantized on the fly to Q8_0
+// (for Q8_0/Q4_0 weights) or Q8_1 (for Q4_1), once per matmul.
+//
+// Every kernel is listed once in kernels/matmul_kernels.inc; that list feeds
+// the dispatch table (matmul_dispatch.cpp), tests/kernels and bench/kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu.h"
+#include "quant/quant.h"
+
+namespace lilims::kernels {
+
+constexpr int kLayoutGguf = 0;  // GGUF row-major blocks
+constexpr int kLayoutX4 = 1;    // 4-row interleaved groups (quant/repack.h)
+
+struct PackedWeight {  // a weight matrix ready for the kernels
+  quant::Type type;
+  int64_t rows = 0, cols = 0;    // y = W x: rows outputs, cols (=K) inputs
+  const void* data = nullptr;    // GGUF layout (into the mapping) or into `storage` when repacked
+  int layout = 0;                // kLayoutGguf or kLayoutX4
+  std::vector<uint8_t> storage;  // owned repacked bytes (empty when not repacked)
+};
+
+// Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
+// repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref)
+// a row-major GGUF matrix.  `data` must outlive the result when not repacked.
+// cols must be a multiple of 32 for the block types.  Throws lilims::Error.
+PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
+                         bool allow_repack);
+
+// --- kernels -------------------------------------------------------------
+
+// The CPU feature a kernel needs beyond its Isa (aarch64 only).
+enum class Feature { none, avx2, neon, dotprod, i8mm };
+bool feature_available(Feature f);
+
+// Activation format a weight type is multiplied with.
+// Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 -> F32 rows.
+quant::Type act_type(quant::Type weight_type);
+// Bytes of one activation row of k elements in that format.
+size_t act_row_bytes(quant::Type weight_type, int64_t k);
+
+// Quantizes one row of k floats (k % 32 == 0) into blocks (BlockQ8_0 / BlockQ8_1).
+// Every variant gives bit-identical output to the __ref one.
+using QuantizeRowFn = void (*)(const float* x, void* y, int64_t k);
+
+// Y[j * ldy + r] = dot(row r of W, activation row j), for r in [r0, r1) and
+// j in [0, n).  x: n activation rows of x_stride bytes (act_type(W.type)).
+// r0 must be a multiple of 4 for kLayoutX4; r1 <= W.rows (a partial group at
+// the end is handled: its padding rows are read, never written).
+using MatmulKernelFn = void (*)(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
+                                size_t x_stride, int64_t n, float* y, int64_t ldy);
+
+struct MatmulKernel {
+  const char* name;      // e.g. "q4_0_q8_0_gemm_x4__avx2"
+  quant::Type wtype;     // weight type
+  int layout;            // weight layout it reads
+  Isa isa;               // the path it belongs to
+  Feature needs;         // CPU feature it needs
+  MatmulKernelFn fn;
+};
+
+struct QuantizeKernel {
+  const char* name;   // e.g. "quantize_row_q8_0__avx2"
+  quant::Type type;   // Q8_0 or Q8_1
+  Isa isa;
+  Feature needs;
+  QuantizeRowFn fn;
+};
+
+// Every kernel this build contains (runnable or not on this CPU).
+const std::vector<MatmulKernel>& matmul_kernels();
+const std::vector<QuantizeKernel>& quantize_kernels();
+
+// The best kernel of a path for a weight (type, layout) on this CPU; falls
+// back to the ref kernel, which reads every layout.
+const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout);
+// nullptr for F32/F16 weights (no activation quantization).
+const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype);
+
+}  // namespace lilims::kernels

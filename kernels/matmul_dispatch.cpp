@@ -1,0 +1,138 @@
+// Matmul kernel tables (from matmul_kernels.inc), selection per ISA, and
+// pack_weight.
+#include <string>
+
+#include "base/error.h"
+#include "kernels/matmul.h"
+#include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/quantize_act_ref.h"
+#include "quant/repack.h"
+
+namespace lilims::kernels {
+
+// Declarations of the SIMD kernels (the refs come from their headers).
+#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature)                          \
+  void name(const PackedWeight& W, int64_t r0, int64_t r1, const void* x, size_t x_stride, \
+            int64_t n, float* y, int64_t ldy);
+#define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature) void name(const float* x, void* y, int64_t k);
+#include "kernels/matmul_kernels.inc"
+#undef LILIMS_MATMUL_KERNEL
+#undef LILIMS_QUANTIZE_KERNEL
+
+const std::vector<MatmulKernel>& matmul_kernels() {
+  static const std::vector<MatmulKernel> list = {
+#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature) \
+  {#name, quant::Type::wtype, layout, Isa::isa, Feature::feature, name},
+#define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature)
+#include "kernels/matmul_kernels.inc"
+#undef LILIMS_MATMUL_KERNEL
+#undef LILIMS_QUANTIZE_KERNEL
+  };
+  return list;
+}
+
+const std::vector<QuantizeKernel>& quantize_kernels() {
+  static const std::vector<QuantizeKernel> list = {
+#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature)
+#define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature) \
+  {#name, quant::Type::type, Isa::isa, Feature::feature, name},
+#include "kernels/matmul_kernels.inc"
+#undef LILIMS_MATMUL_KERNEL
+#undef LILIMS_QUANTIZE_KERNEL
+  };
+  return list;
+}
+
+bool feature_available(Feature f) {
+  const CpuFeatures& c = cpu_features();
+  switch (f) {
+    case Feature::none: return true;
+    case Feature::avx2: return c.avx2;
+    case Feature::neon: return c.neon;
+    case Feature::dotprod: return c.neon && c.dotprod;
+    case Feature::i8mm: return c.neon && c.dotprod && c.i8mm;
+  }
+  return false;
+}
+
+quant::Type act_type(quant::Type wtype) {
+  switch (wtype) {
+    case quant::Type::Q8_0:
+    case quant::Type::Q4_0: return quant::Type::Q8_0;
+    case quant::Type::Q4_1: return quant::Type::Q8_1;
+    default: return quant::Type::F32;
+  }
+}
+
+size_t act_row_bytes(quant::Type wtype, int64_t k) {
+  switch (act_type(wtype)) {
+    case quant::Type::Q8_0: return (size_t)(k / quant::kBlock) * sizeof(quant::BlockQ8_0);
+    case quant::Type::Q8_1: return (size_t)(k / quant::kBlock) * sizeof(quant::BlockQ8_1);
+    default: return (size_t)k * sizeof(float);
+  }
+}
+
+namespace {
+
+// Later entries of the list are the better ones of a path (neon < dotprod <
+// i8mm), so the last runnable match wins.
+template <class K, class Match>
+const K* pick(const std::vector<K>& list, Isa isa, Match match) {
+  const K* best = nullptr;
+  for (const K& k : list) {
+    if (match(k) && k.isa == isa && feature_available(k.needs)) best = &k;
+  }
+  if (best) return best;
+  for (const K& k : list) {
+    if (match(k) && k.isa == Isa::ref) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout) {
+  const MatmulKernel* k = pick(matmul_kernels(), isa, [&](const MatmulKernel& m) {
+    return m.wtype == wtype && (m.layout == layout || m.layout == -1);
+  });
+  if (!k) {
+    throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[matmul] no kernel for weight type ") +
+                                            quant::ggml_type_name((uint32_t)wtype));
+  }
+  return *k;
+}
+
+const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
+  const quant::Type a = act_type(wtype);
+  if (a == quant::Type::F32) return nullptr;
+  return pick(quantize_kernels(), isa, [&](const QuantizeKernel& q) { return q.type == a; });
+}
+
+PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
+                         bool allow_repack) {
+  const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
+  if (!t || type == quant::Type::Q8_1) {
+    throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[matmul] unsupported weight type ") +
+                                            quant::ggml_type_name((uint32_t)type));
+  }
+  if (rows <= 0 || cols <= 0 || cols % t->block_size != 0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[matmul] bad weight shape " + std::to_string(rows) + " x " + std::to_string(cols) +
+                    " for " + t->name);
+  }
+  PackedWeight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = data;
+  w.layout = kLayoutGguf;
+  if (allow_repack && quant::repackable_x4(type) && active_isa() != Isa::ref) {
+    w.storage.resize(quant::repacked_bytes_x4(type, rows, cols));
+    quant::repack_x4(type, data, rows, cols, w.storage.data());
+    w.data = w.storage.data();
+    w.layout = kLayoutX4;
+  }
+  return w;
+}
+
+}  // namespace lilims::kernels

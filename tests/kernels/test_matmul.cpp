@@ -1,0 +1,390 @@
+// Every matmul kernel of kernels/matmul_kernels.inc against the scalar
+// reference, on seeded random data over edge shapes; the quantized graph
+// path against the fp32 oracle; the thread pool; repacking.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "graph/matmul.h"
+#include "kernels/matmul.h"
+#include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/quantize_act_ref.h"
+#include "matmul_test_util.h"
+#include "quant/repack.h"
+
+namespace lilims {
+namespace {
+
+using kernels::MatmulKernel;
+using kernels::PackedWeight;
+using quant::Type;
+
+struct Shape {
+  int64_t rows, K, n;
+};
+
+// Edge shapes: K from one block to 8192 with odd block counts, token counts
+// 1, 2, 3, 7 (tails of the 4-token tiles), 64, 65, 512, rows not a multiple
+// of the 4-row interleave.
+const Shape kShapes[] = {
+    {1, 32, 1},   {3, 32, 2},    {4, 64, 3},    {5, 96, 7},    {13, 160, 1},  {7, 1056, 2},
+    {9, 8192, 1}, {6, 8192, 3},  {67, 256, 64}, {17, 288, 65}, {10, 64, 512}, {4, 32, 4},
+    {8, 2048, 5}, {2, 4096, 7}};
+
+uint64_t case_seed(const Shape& s, int salt) {
+  return test::base_seed() ^ (uint64_t)(s.rows * 1000003 + s.K * 1009 + s.n * 31 + salt);
+}
+
+std::string kernel_name(const testing::TestParamInfo<size_t>& info) {
+  return kernels::matmul_kernels()[info.param].name;
+}
+
+std::vector<size_t> all_kernels() {
+  std::vector<size_t> v(kernels::matmul_kernels().size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i;
+  return v;
+}
+
+const MatmulKernel& ref_for(Type t) {
+  for (const MatmulKernel& k : kernels::matmul_kernels()) {
+    if (k.isa == kernels::Isa::ref && k.wtype == t) return k;
+  }
+  std::abort();
+}
+
+// A weight matrix in the layout the kernel reads, copied to an odd address
+// (`misalign` bytes past a fresh allocation) to catch aligned-load bugs.
+struct TestWeight {
+  std::vector<uint8_t> buf;
+  PackedWeight w;
+};
+
+TestWeight make_weight(Type t, const std::vector<uint8_t>& gguf, int64_t rows, int64_t cols,
+                       int layout, size_t misalign) {
+  TestWeight tw;
+  std::vector<uint8_t> bytes = gguf;
+  if (layout == kernels::kLayoutX4) {
+    bytes.assign(quant::repacked_bytes_x4(t, rows, cols), 0);
+    quant::repack_x4(t, gguf.data(), rows, cols, bytes.data());
+  }
+  tw.buf.assign(bytes.size() + misalign, 0);
+  std::memcpy(tw.buf.data() + misalign, bytes.data(), bytes.size());
+  tw.w.type = t;
+  tw.w.rows = rows;
+  tw.w.cols = cols;
+  tw.w.layout = layout < 0 ? 0 : layout;
+  tw.w.data = tw.buf.data() + misalign;
+  return tw;
+}
+
+class MatmulKernelTest : public testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override {
+    const MatmulKernel& k = kernels::matmul_kernels()[GetParam()];
+    if (!kernels::feature_available(k.needs)) {
+      GTEST_SKIP() << k.name << ": this CPU lacks its features (run it under qemu)";
+    }
+  }
+  const MatmulKernel& kern() const { return kernels::matmul_kernels()[GetParam()]; }
+  bool quantized() const { return kern().wtype != Type::F32 && kern().wtype != Type::F16; }
+
+  // Runs kernel and reference on one shape; exact: integer data, results
+  // must be equal; otherwise within the bound derived below.
+  void check(const Shape& s, bool exact, int salt) {
+    const MatmulKernel& k = kern();
+    const Type wt = k.wtype, at = kernels::act_type(wt);
+    const uint64_t seed = case_seed(s, salt);
+    std::mt19937_64 rng(seed);
+    test::RandOpts o;
+    o.integer_scales = exact;
+    // Integer results are exact in fp32 while every partial sum is < 2^24:
+    // K * 128 * 127 < 2^24 for K <= 1024; beyond, |a| <= 7.
+    if (exact && s.K > 1024) o.act_range = 7;
+    const std::vector<uint8_t> wg = test::random_weights(wt, s.rows, s.K, rng, o);
+    const std::vector<uint8_t> ag = test::random_acts(at, s.n, s.K, rng, o);
+    const size_t astride = kernels::act_row_bytes(wt, s.K);
+    // Activations 1 byte (quantized) / 1 float past an aligned start.
+    const size_t amis = quantized() ? 1 : 4;
+    std::vector<uint8_t> abuf(ag.size() + amis);
+    std::memcpy(abuf.data() + amis, ag.data(), ag.size());
+    const uint8_t* act = abuf.data() + amis;
+
+    TestWeight tw = make_weight(wt, wg, s.rows, s.K, k.layout, quantized() ? 3 : 4);
+    TestWeight tr = make_weight(wt, wg, s.rows, s.K, kernels::kLayoutGguf, 0);
+    // Output: ldy > rows, 1 float misaligned, a sentinel around.
+    const int64_t ldy = s.rows + 3;
+    const float kSentinel = 12345.0f;
+    std::vector<float> yk(s.n * ldy + 1, kSentinel), yr(s.n * ldy + 1, kSentinel);
+    k.fn(tw.w, 0, s.rows, act, astride, s.n, yk.data() + 1, ldy);
+    ref_for(wt).fn(tr.w, 0, s.rows, act, astride, s.n, yr.data() + 1, ldy);
+
+    SCOPED_TRACE(testing::Message() << k.name << " rows=" << s.rows << " K=" << s.K
+                                    << " n=" << s.n << " seed=" << seed
+                                    << (exact ? " (integer data)" : ""));
+    int bad = 0;
+    for (int64_t j = 0; j < s.n && bad < 5; ++j) {
+      for (int64_t r = 0; r < ldy; ++r) {
+        const float a = yk[1 + j * ldy + r], b = yr[1 + j * ldy + r];
+        if (r >= s.rows) {  // padding of the output rows: never written
+          ASSERT_EQ(a, kSentinel) << "wrote past r1 at row " << r << " token " << j;
+          continue;
+        }
+        if (exact) {
+          if (a != b) ++bad;
+          EXPECT_EQ(a, b) << "row " << r << " token " << j;
+          continue;
+        }
+        // Both compute the same sum of terms t_i (products of exact
+        // integer block dots with the scales, or w_k * x_k), in different
+        // orders.  Any order of summing m terms with fp32 (FMA or not) errs
+        // by at most gamma_m * sum|t_i|, gamma_m ~ m*u; forming each term
+        // (scale products, the fp16->fp32 conversions are exact) adds two
+        // more roundings.  So |kernel - ref| <= 2 * (m + 3) * u * sum|t_i|,
+        // m = K/32 (+ K/32 min terms for Q4_1) or K for float weights.
+        const double terms = test::abs_terms(
+            wt, wg.data() + quant::row_bytes(wt, s.K) * r, act + astride * j, s.K);
+        const double m = quantized() ? 2.0 * s.K / 32 : (double)s.K;
+        const double bound = 2 * (m + 3) * test::kU * terms + 1e-30;
+        if (std::fabs((double)a - b) > bound) ++bad;
+        EXPECT_LE(std::fabs((double)a - b), bound) << "row " << r << " token " << j << ": " << a
+                                                   << " vs ref " << b;
+      }
+    }
+    ASSERT_EQ(yk[0], kSentinel) << "wrote before Y";
+  }
+};
+
+TEST_P(MatmulKernelTest, IntegerDataIsExact) {
+  if (!quantized()) GTEST_SKIP() << "float weights: no integer path";
+  for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
+    check(kShapes[i], true, 1);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(MatmulKernelTest, MatchesRefWithinBound) {
+  for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
+    check(kShapes[i], false, 2);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// A row range that starts inside the matrix (r0 multiple of 4) and ends
+// inside a group: only [r0, r1) may be written.
+TEST_P(MatmulKernelTest, RowSubrange) {
+  const MatmulKernel& k = kern();
+  const Type wt = k.wtype;
+  const int64_t rows = 13, K = 96, n = 5, r0 = 4, r1 = 10;
+  std::mt19937_64 rng(test::base_seed() + 7);
+  const std::vector<uint8_t> wg = test::random_weights(wt, rows, K, rng, {});
+  const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), n, K, rng, {});
+  TestWeight tw = make_weight(wt, wg, rows, K, k.layout, 0);
+  TestWeight tr = make_weight(wt, wg, rows, K, 0, 0);
+  std::vector<float> yk(n * rows, -1.0f), yr(n * rows, -1.0f);
+  const size_t st = kernels::act_row_bytes(wt, K);
+  k.fn(tw.w, r0, r1, ag.data(), st, n, yk.data(), rows);
+  ref_for(wt).fn(tr.w, r0, r1, ag.data(), st, n, yr.data(), rows);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r < r0 || r >= r1) {
+        EXPECT_EQ(yk[j * rows + r], -1.0f) << k.name << " wrote row " << r;
+      } else {
+        EXPECT_NEAR(yk[j * rows + r], yr[j * rows + r], 1e-4 * (1 + std::fabs(yr[j * rows + r])));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MatmulKernelTest, testing::ValuesIn(all_kernels()), kernel_name);
+
+// --- activation quantization ----------------------------------------------
+
+class QuantizeKernelTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(QuantizeKernelTest, BitIdenticalToRef) {
+  const kernels::QuantizeKernel& q = kernels::quantize_kernels()[GetParam()];
+  if (!kernels::feature_available(q.needs)) GTEST_SKIP() << q.name << ": this CPU lacks its features";
+  const uint64_t seed = test::base_seed() + 99;
+  std::mt19937_64 rng(seed);
+  for (int64_t K : {32, 64, 96, 4128}) {
+    std::vector<float> x(K + 1);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : x) v = nd(rng);
+    // Edge blocks: all zeros; exact ties (x * id = k + 0.5); a huge value.
+    if (K >= 96) {
+      for (int i = 1; i <= 32; ++i) x[i] = 0.0f;
+      for (int i = 33; i <= 64; ++i) x[i] = (float)((i % 5) - 2) * 0.5f + (i == 33 ? 127.0f : 0.0f);
+      x[70] = 3.0e4f;
+    }
+    const size_t bytes = (q.type == Type::Q8_1 ? 36 : 34) * (size_t)(K / 32);
+    std::vector<uint8_t> a(bytes + 1, 0), b(bytes, 0);
+    q.fn(x.data() + 1, a.data() + 1, K);  // misaligned input and output
+    (q.type == Type::Q8_1 ? kernels::quantize_row_q8_1__ref : kernels::quantize_row_q8_0__ref)(
+        x.data() + 1, b.data(), K);
+    ASSERT_EQ(0, std::memcmp(a.data() + 1, b.data(), bytes)) << q.name << " K=" << K << " seed=" << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, QuantizeKernelTest,
+                         testing::Range<size_t>(0, kernels::quantize_kernels().size()),
+                         [](const testing::TestParamInfo<size_t>& i) {
+                           return std::string(kernels::quantize_kernels()[i.param].name);
+                         });
+
+// --- repacking ------------------------------------------------------------
+
+TEST(Repack, BlocksRoundTripIncludingPartialGroup) {
+  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+    for (int64_t rows : {1, 4, 6, 11}) {
+      const int64_t K = 96;
+      std::mt19937_64 rng(test::base_seed() + rows);
+      const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
+      std::vector<uint8_t> p(quant::repacked_bytes_x4(t, rows, K));
+      quant::repack_x4(t, g.data(), rows, K, p.data());
+      // No overhead but the padding rows: an x4 block is 4 GGUF blocks.
+      EXPECT_EQ(p.size(), (size_t)((rows + 3) / 4) * 4 * quant::row_bytes(t, K));
+      const size_t bb = test::block_bytes(t);
+      std::vector<uint8_t> blk(bb);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < K / 32; ++b) {
+          quant::block_from_x4(t, p.data(), K, r, b, blk.data());
+          ASSERT_EQ(0, std::memcmp(blk.data(), g.data() + (r * (K / 32) + b) * bb, bb))
+              << quant::type_traits((uint32_t)t)->name << " row " << r << " block " << b;
+        }
+      }
+    }
+  }
+}
+
+// --- the graph entry point --------------------------------------------------
+
+struct GraphCase {
+  Type t;
+  int64_t rows, K, n;
+};
+
+// Quantized path vs the fp32 oracle.  Per block b of 32 activations with
+// amax_b, Q8 rounding moves each activation by at most
+//   d_b/2 + |q| * |fp16(d_b) - d_b| <= d_b * (1/2 + 127 * 2^-11),  d_b = amax_b/127,
+// so |y_q - y_f| <= sum_b sum_k |w_k| * d_b * (1/2 + 127 * 2^-11)
+//                 + (Q4_1) sum_b |m_b| * |d_b * sum q| * 2^-11   (s stored as fp16)
+//                 + fp32 rounding of both sums, 2 * (K + 4) * u * sum |w_k| (|x_k| + d_b).
+double oracle_bound(Type t, const std::vector<float>& wdeq, const std::vector<float>& mins,
+                    const float* x, int64_t K) {
+  double s = 0, f = 0;
+  for (int64_t b = 0; b < K / 32; ++b) {
+    double amax = 0, sx = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, (double)std::fabs(x[b * 32 + i]));
+    const double d = amax / 127;
+    for (int i = 0; i < 32; ++i) {
+      s += std::fabs(wdeq[b * 32 + i]) * d * (0.5 + 127.0 / 2048);
+      f += std::fabs(wdeq[b * 32 + i]) * (std::fabs(x[b * 32 + i]) + d);
+      sx += std::fabs(x[b * 32 + i]);
+    }
+    if (t == Type::Q4_1) s += std::fabs(mins[b]) * (sx + 32 * d) / 2048;
+  }
+  return s + 2 * (K + 4) * test::kU * f;
+}
+
+TEST(GraphMatmul, QuantizedPathVsOracleAndRef) {
+  const GraphCase cases[] = {{Type::Q4_1, 67, 576, 1},  {Type::Q4_1, 13, 576, 9},
+                             {Type::Q8_0, 64, 1536, 1}, {Type::Q8_0, 35, 256, 70},
+                             {Type::Q4_0, 33, 2048, 2}, {Type::Q4_0, 64, 64, 130},
+                             {Type::F16, 19, 200, 3},   {Type::F32, 21, 136, 5}};
+  for (int threads : {1, 2, 3}) {
+    graph::ThreadPool pool(threads);
+    graph::MatmulScratch scratch;
+    for (const GraphCase& c : cases) {
+      const uint64_t seed = test::base_seed() + c.rows * 7 + c.n;
+      std::mt19937_64 rng(seed);
+      const std::vector<uint8_t> wg = test::random_weights(c.t, c.rows, c.K, rng, {});
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      const int64_t ldx = c.K + 5, ldy = c.rows + 2;
+      std::vector<float> x(c.n * ldx);
+      for (float& v : x) v = nd(rng);
+      const PackedWeight w = kernels::pack_weight(c.t, wg.data(), c.rows, c.K, true);
+      std::vector<float> y(c.n * ldy, 0), yref(c.n * ldy, 0), yor(c.n * ldy, 0);
+      graph::matmul(w, x.data(), ldx, c.n, y.data(), ldy, pool, scratch);
+      graph::matmul_isa(kernels::Isa::ref, w, x.data(), ldx, c.n, yref.data(), ldy, pool, scratch);
+      graph::matmul_f32_oracle(w, x.data(), ldx, c.n, yor.data(), ldy, pool, scratch);
+      const quant::TypeTraits* tt = quant::type_traits((uint32_t)c.t);
+      SCOPED_TRACE(testing::Message() << tt->name << " rows=" << c.rows << " K=" << c.K << " n="
+                                      << c.n << " threads=" << threads << " seed=" << seed);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        std::vector<float> wdeq(c.K), mins(c.K / 32, 0.0f);
+        tt->to_float(wg.data() + quant::row_bytes(c.t, c.K) * r, wdeq.data(), c.K);
+        if (c.t == Type::Q4_1) {
+          for (int64_t b = 0; b < c.K / 32; ++b) {
+            uint16_t h;
+            std::memcpy(&h, wg.data() + quant::row_bytes(c.t, c.K) * r + b * 20 + 2, 2);
+            mins[b] = fp16_to_fp32(h);
+          }
+        }
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float* xj = x.data() + j * ldx;
+          double bound = 0;
+          if (c.t == Type::F32 || c.t == Type::F16) {
+            // Same terms w_k x_k, different order: 2 * (K + 2) * u * sum|w x|.
+            for (int64_t k = 0; k < c.K; ++k) bound += std::fabs(wdeq[k] * xj[k]);
+            bound *= 2 * (c.K + 2) * test::kU;
+          } else {
+            bound = oracle_bound(c.t, wdeq, mins, xj, c.K);
+          }
+          ASSERT_LE(std::fabs(y[j * ldy + r] - yor[j * ldy + r]), bound) << "row " << r << " tok " << j;
+          ASSERT_LE(std::fabs(yref[j * ldy + r] - yor[j * ldy + r]), bound) << "ref, row " << r;
+        }
+      }
+    }
+  }
+}
+
+// --- thread pool ------------------------------------------------------------
+
+TEST(ThreadPool, EveryTaskOnceOnValidThreads) {
+  for (int threads : {1, 2, 4}) {
+    graph::ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 2, 3, 17, 1000}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> bad_thread{0};
+        pool.parallel_for(n, [&](int64_t task, int thread) {
+          hits[task].fetch_add(1);
+          if (thread < 0 || thread >= threads) bad_thread.fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "task " << i;
+        ASSERT_EQ(bad_thread.load(), 0);
+      }
+    }
+    // The std::function overload too.
+    std::atomic<int64_t> sum{0};
+    const std::function<void(int64_t, int)> f = [&](int64_t t, int) { sum += t; };
+    pool.parallel_for(100, f);
+    EXPECT_EQ(sum.load(), 4950);
+  }
+}
+
+TEST(PackWeight, RepacksQuantizedTypesUnlessRef) {
+  std::mt19937_64 rng(1);
+  const std::vector<uint8_t> g = test::random_weights(Type::Q4_1, 10, 64, rng, {});
+  const PackedWeight a = kernels::pack_weight(Type::Q4_1, g.data(), 10, 64, false);
+  EXPECT_EQ(a.layout, kernels::kLayoutGguf);
+  EXPECT_EQ(a.data, g.data());
+  EXPECT_TRUE(a.storage.empty());
+  const PackedWeight b = kernels::pack_weight(Type::Q4_1, g.data(), 10, 64, true);
+  if (kernels::active_isa() != kernels::Isa::ref) {
+    EXPECT_EQ(b.layout, kernels::kLayoutX4);
+    EXPECT_EQ(b.storage.size(), quant::repacked_bytes_x4(Type::Q4_1, 10, 64));
+  }
+  EXPECT_THROW(kernels::pack_weight(Type::Q4_1, g.data(), 10, 60, true), std::exception);
+}
+
+}  // namespace
+}  // namespace lilims
