@@ -1,0 +1,37 @@
+// Pre-tokenizers of byte-level BPE vocabularies, written by hand (no regex
+// engine).  Each reproduces the split the model's Hugging Face tokenizer.json
+// makes: a sequence of Split(pattern, behavior = Isolated) passes, where every
+// pass cuts each piece of the previous pass into its leftmost-first,
+// non-overlapping matches and the gaps between them.  The patterns are quoted
+// beside their matchers in pretokenize.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace lilims::tok {
+
+enum class PreTokenizer {
+  kNone,           // the whole text is one piece
+  kGpt2,           // gpt-2, mpt, gpt-neox, olmo, jais
+  kLlama3,         // llama3 / llama-bpe (digits in groups of up to 3)
+  kQwen2,          // qwen2 (llama3's pattern with single digits)
+  kDigitsGpt2,     // starcoder, refact, smollm, command-r: \p{N} isolated, then gpt-2
+  kDeepseekLlm,
+  kDeepseekCoder,
+  kFalcon,
+};
+
+// Maps a GGUF tokenizer.ggml.pre value; false if unknown.  An absent key or
+// "default" maps to kGpt2 (what llama.cpp does for byte-level vocabularies).
+bool pre_tokenizer_from_name(const std::string& name, PreTokenizer* out);
+
+// Splits valid UTF-8 text into pieces; appends their [begin, end) byte
+// offsets to *pieces (empty text gives no pieces).
+void pre_tokenize(PreTokenizer type, std::string_view text,
+                  std::vector<std::pair<uint32_t, uint32_t>>* pieces);
+
+}  // namespace lilims::tok

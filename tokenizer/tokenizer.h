@@ -1,0 +1,169 @@
+// Text <-> token ids for llama-family models.
+//
+// Three vocabulary kinds, read from GGUF metadata or a Hugging Face
+// tokenizer.json:
+//   - SentencePiece BPE (tokenizer.ggml.model "llama": Llama 1/2, TinyLlama,
+//     Mistral, Phi-3, stories260K): score-driven merges over code points,
+//     spaces as U+2581 with an optional leading one, <0xNN> byte fallback.
+//   - byte-level BPE ("gpt2": GPT-2, SmolLM2, Llama 3, Qwen2, StarCoder,
+//     DeepSeek, Falcon, MPT ...): a hand-written pre-tokenizer per model
+//     family (tokenizer/pretokenize.h), bytes mapped to printable code
+//     points, merges applied in rank order.
+//   - WordPiece ("bert"): BERT normalization, greedy longest match.
+//
+// Control tokens ("<|im_start|>", "</s>") are recognised in text only when
+// parse_special is set; user-defined (added, non-special) tokens always are.
+// Either way a recognised token is emitted whole, never split.
+//
+// Invalid UTF-8 input: every byte that is not part of a well-formed UTF-8
+// sequence is replaced by U+FFFD before tokenizing (so encode never fails
+// and decode(encode(s)) == s for valid UTF-8 s whenever the vocabulary can
+// represent every character, as byte-level BPE and byte-fallback SPM can).
+//
+// A Tokenizer is immutable after construction: any number of threads may
+// use one at the same time.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace lilims::gguf {
+class File;
+}
+
+namespace lilims::tok {
+
+enum class VocabType { kSpm, kBpe, kWordPiece };
+
+// GGUF tokenizer.ggml.token_type values.
+enum TokenType : uint8_t {
+  kTokenUndefined = 0,
+  kTokenNormal = 1,
+  kTokenUnknown = 2,
+  kTokenControl = 3,
+  kTokenUserDefined = 4,
+  kTokenUnused = 5,
+  kTokenByte = 6,
+};
+
+enum class PreTokenizer;
+
+// Open-addressing map from token text to id (lookups by string_view, no
+// allocation).  Keys point into the owner's token strings.
+class TokenIndex {
+ public:
+  void build(const std::vector<std::string>& tokens, const std::vector<uint8_t>& include);
+  int32_t find(std::string_view s) const;
+
+ private:
+  std::vector<int32_t> slots_;  // token id or -1
+  const std::vector<std::string>* tokens_ = nullptr;
+  uint64_t mask_ = 0;
+};
+
+class Tokenizer {
+ public:
+  // Throws lilims::Error: LILIMS_ERR_MISSING (no tokenizer.ggml.model /
+  // tokens), LILIMS_ERR_UNSUPPORTED (unknown tokenizer model or pre-tokenizer;
+  // the message names it), LILIMS_ERR_BAD_FORMAT (inconsistent arrays).
+  static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& f);
+  // A Hugging Face tokenizer.json: the BPE model (byte-level, or
+  // SentencePiece-style with byte_fallback), vocab, merges, added_tokens,
+  // the pre-tokenizer; or a WordPiece model.
+  static std::unique_ptr<Tokenizer> from_hf_json(const std::string& json_text);
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // add_bos: add BOS (EOS) only if the vocabulary's add_bos (add_eos) says
+  // so and add_bos is true.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  const std::string& token_text(int32_t id) const;  // the vocab string as stored
+  // The bytes this token decodes to: byte fallback -> the raw byte, byte-level
+  // BPE -> the unmapped bytes, U+2581 -> space, control tokens -> their text.
+  std::string token_to_piece(int32_t id) const;
+  // The full text.  A BOS at the start is dropped (encode added it); with
+  // SentencePiece's space prefix (and WordPiece) the first piece's leading
+  // space is removed.  Other control tokens appear as their text.
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos() const { return bos_; }  // -1 if none
+  int32_t eos() const { return eos_; }  // -1 if none
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  bool is_eog(int32_t id) const;
+  bool is_control(int32_t id) const;
+
+  VocabType vocab_type() const { return type_; }
+  uint8_t token_type(int32_t id) const;
+  int32_t find_token(std::string_view text) const;  // exact vocab string, -1 if absent
+  // tokenizer.chat_template from the GGUF ("" when absent).
+  const std::string& chat_template() const { return chat_template_; }
+
+ private:
+  Tokenizer();
+  void finalize();  // builds indexes, byte tables, the special-token trie, the EOG set
+  void check_id(int32_t id) const;
+  void encode_fragment(std::string_view text, bool first, std::vector<int32_t>* out) const;
+  void encode_spm(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;
+  void encode_bpe_piece(std::string_view piece, std::vector<int32_t>* out) const;
+  void encode_wordpiece(std::string_view text, std::vector<int32_t>* out) const;
+  // Longest special/added token starting at text[pos]: its id and length.
+  int32_t match_special(std::string_view text, size_t pos, bool parse_special, size_t* len) const;
+  void add_merge(const std::string& left, const std::string& right, int32_t rank);
+
+  VocabType type_ = VocabType::kSpm;
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<uint8_t> types_;
+  int32_t bos_ = -1, eos_ = -1, unk_ = -1, eot_ = -1, eom_ = -1;
+  bool add_bos_ = false, add_eos_ = false;
+  bool add_space_prefix_ = true;  // SentencePiece: prepend U+2581
+  bool ignore_merges_ = false;    // BPE: a piece that is a token is taken whole (llama3)
+  bool wp_lowercase_ = true;      // WordPiece normalizer
+  PreTokenizer pre_{};
+  std::string chat_template_;
+
+  TokenIndex index_;                    // every token
+  TokenIndex merge_index_;              // SPM: tokens merges may produce
+  std::array<int32_t, 256> byte_token_;  // SPM: <0xNN>; BPE: the token of byte b's code point
+  std::array<int16_t, 0x144> cp_to_byte_;  // BPE: byte-level code point -> byte, or -1
+  struct MergeInfo {
+    int32_t rank;
+    int32_t merged;
+  };
+  std::unordered_map<uint64_t, MergeInfo> merges_;  // (left id << 32 | right id)
+  std::vector<uint8_t> eog_;                         // per id
+
+  struct TrieNode {
+    int32_t token = -1;
+    std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
+  };
+  std::vector<TrieNode> trie_;
+  std::array<bool, 256> trie_first_{};  // bytes that may start a special token
+};
+
+// Streaming-safe decoding for one generation: push() returns only complete
+// UTF-8 characters and holds back an incomplete trailing sequence until
+// later tokens complete it.  Bytes that can never become valid UTF-8 are
+// emitted as U+FFFD.  Pieces are token_to_piece() (no space stripping).
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& t);
+  std::string push(int32_t id);  // possibly empty
+  std::string flush();           // whatever is held back (invalid bytes as U+FFFD)
+
+ private:
+  std::string drain(bool final);
+  const Tokenizer& tok_;
+  std::string pending_;
+};
+
+}  // namespace lilims::tok
