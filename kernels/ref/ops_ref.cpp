@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "base/fp16.h"
+#include "quant/quant.h"
+
 namespace lilims::kernels {
 
 void rmsnorm_f32__ref(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -76,6 +79,127 @@ void attention_f32__ref(const float* q, const float* k, const float* v, int64_t 
       const float p = scratch[t];
       for (int d = 0; d < head_dim; ++d) oh[d] += p * vt[d];
     }
+  }
+}
+
+void add_rmsnorm_f32__ref(float* x, const float* delta, const float* w, float* y, int64_t n,
+                          float eps) {
+  for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
+  rmsnorm_f32__ref(x, w, y, n, eps);
+}
+
+void layernorm_f32__ref(const float* x, const float* w, const float* b, float* y, int64_t n,
+                        float eps) {
+  if (n <= 0) return;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / (double)n;
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(ss / (double)n + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (float)((x[i] - mean) * inv * w[i] + b[i]);
+}
+
+void add_layernorm_f32__ref(float* x, const float* delta, const float* w, const float* b,
+                            float* y, int64_t n, float eps) {
+  for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
+  layernorm_f32__ref(x, w, b, y, n, eps);
+}
+
+void rope_llama3_freq_factors(int n_rot, float freq_base, float factor, float low_freq_factor,
+                              float high_freq_factor, int32_t original_max_pos,
+                              float* factors) {
+  const double pi = 3.14159265358979323846;
+  const double low_wavelen = original_max_pos / (double)low_freq_factor;
+  const double high_wavelen = original_max_pos / (double)high_freq_factor;
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double freq = std::pow((double)freq_base, -2.0 * i / n_rot);
+    const double wavelen = 2.0 * pi / freq;
+    if (wavelen < high_wavelen) {
+      factors[i] = 1.0f;
+    } else if (wavelen > low_wavelen) {
+      factors[i] = factor;
+    } else {  // new freq = (1 - s) freq / factor + s freq, as a divisor of freq
+      const double s = (original_max_pos / wavelen - low_freq_factor) /
+                       ((double)high_freq_factor - low_freq_factor);
+      factors[i] = (float)(1.0 / ((1.0 - s) / factor + s));
+    }
+  }
+}
+
+float rope_longrope_attn_factor(int32_t max_pos, int32_t original_max_pos) {
+  const double s = (double)max_pos / original_max_pos;
+  if (s <= 1.0) return 1.0f;
+  return (float)std::sqrt(1.0 + std::log(s) / std::log((double)original_max_pos));
+}
+
+void rope_table_f32(const RopeParams& p, int32_t pos, float* cos_out, float* sin_out) {
+  for (int i = 0; i < p.n_rot / 2; ++i) {
+    double theta = (double)pos * p.freq_scale * std::pow((double)p.freq_base, -2.0 * i / p.n_rot);
+    if (p.freq_factors) theta /= p.freq_factors[i];
+    cos_out[i] = (float)(p.attn_factor * std::cos(theta));
+    sin_out[i] = (float)(p.attn_factor * std::sin(theta));
+  }
+}
+
+void rope_tables_f32(const RopeParams& p, int32_t pos0, int n_pos, float* cos_out,
+                     float* sin_out) {
+  const int half = p.n_rot / 2;
+  for (int t = 0; t < n_pos; ++t) {
+    rope_table_f32(p, pos0 + t, cos_out + (int64_t)t * half, sin_out + (int64_t)t * half);
+  }
+}
+
+void gelu_f32__ref(const float* x, float* y, int64_t n) {
+  const double c = std::sqrt(2.0 / 3.14159265358979323846);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    // 0.5 v (1 + tanh(t)) written as v / (1 + exp(-2t)): the same function
+    // without the cancellation of 1 + tanh(t) for very negative t.
+    y[i] = (float)(v / (1.0 + std::exp(-2.0 * c * (v + 0.044715 * v * v * v))));
+  }
+}
+
+void gelu_erf_f32__ref(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = (float)(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+  }
+}
+
+void silu_f32__ref(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = (float)(v / (1.0 + std::exp(-v)));
+  }
+}
+
+void add_f32__ref(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void mul_f32__ref(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+void fp32_to_fp16__ref(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+void fp16_to_fp32__ref(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+void quantize_row_q8_0__ref(const float* x, void* y, int64_t n) {
+  quant::BlockQ8_0* out = static_cast<quant::BlockQ8_0*>(y);
+  for (int64_t b = 0; b < n / quant::kBlock; ++b) {
+    const float* xb = x + b * quant::kBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < quant::kBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    for (int j = 0; j < quant::kBlock; ++j) out[b].q[j] = (int8_t)std::roundf(xb[j] * id);
   }
 }
 

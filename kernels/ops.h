@@ -1,0 +1,117 @@
+// The non-matmul ops of a llama/phi layer behind one table of function
+// pointers per ISA: norms, RoPE, activations, element-wise, fp16 conversion,
+// the Q8_0 row quantizer for the KV cache, and fused attention over the cache.
+//
+// Every entry has the signature of its scalar reference (kernels/ref/); the
+// table for the running CPU is resolved once (ops()), a specific one can be
+// asked for by ISA (ops_table()) so tests and benchmarks cover every variant.
+//
+// Contract shared by all element-wise entries: n >= 0, any alignment, no
+// reads or writes past n; y may alias an input unless the entry says not.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu.h"
+#include "kernels/ref/ops_ref.h"  // RopeParams, the rope table builders
+#include "quant/quant.h"
+
+namespace lilims::kernels {
+
+// Attention of n_q query tokens against a KV cache (flash style: one pass
+// over the cache with an online softmax, nothing of size n_kv materialised).
+struct AttentionArgs {
+  // Queries: n_q rows of (n_head, head_dim) floats, q_stride floats apart.
+  const float* q;
+  int64_t q_stride;
+  // Query i sits at absolute position pos0 + i and sees cache positions
+  // [lo, pos0 + i], lo = window > 0 ? max(0, pos0 + i - window + 1) : 0
+  // (causal; the cache must already hold those positions, own rows included).
+  int n_q;
+  int32_t pos0;
+  // Cache: position p, kv head g at byte offset p * kv_stride_bytes +
+  // g * head_bytes, head_bytes = head_dim * elem size (F32/F16) or
+  // head_dim / 32 blocks of Q8_0.  K and V share the layout and the type.
+  const void* k;
+  const void* v;
+  quant::Type kv_type;  // F16 (default), Q8_0 (head_dim % 32 == 0), F32 (tests)
+  int64_t kv_stride_bytes;
+  // Query head h reads kv head h / (n_head / n_head_kv): grouped-query heads
+  // share K/V without copies.  head_dim: any multiple of 8 (64/80/96/128 fast).
+  int n_head;
+  int n_head_kv;
+  int head_dim;
+  float scale;     // usually 1/sqrt(head_dim)
+  int32_t window;  // sliding window in positions, 0 = none
+  // Output: n_q rows of (n_head, head_dim) floats, out_stride floats apart.
+  float* out;
+  int64_t out_stride;
+};
+
+struct OpsTable {  // one per ISA; the same signatures as the refs
+  // y = x / sqrt(mean(x^2) + eps) * w
+  void (*rmsnorm)(const float* x, const float* w, float* y, int64_t n, float eps);
+  // x += delta; y = rmsnorm(x)  (x is the residual stream, updated in place)
+  void (*add_rmsnorm)(float* x, const float* delta, const float* w, float* y, int64_t n,
+                      float eps);
+  // y = (x - mean) / sqrt(var + eps) * w + b
+  void (*layernorm)(const float* x, const float* w, const float* b, float* y, int64_t n,
+                    float eps);
+  // In place on the first n_rot dims of each head of x (n_heads, head_dim);
+  // cos_t/sin_t: n_rot/2 entries for this token's position (rope_table_f32).
+  void (*rope)(float* x, int n_heads, int head_dim, int n_rot, const float* cos_t,
+               const float* sin_t, bool adjacent);
+  void (*softmax)(float* x, int64_t n);  // in place, max-subtracted
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);  // silu(g)*u
+  void (*gelu)(const float* x, float* y, int64_t n);      // tanh approximation
+  void (*gelu_erf)(const float* x, float* y, int64_t n);  // exact (erf) form
+  void (*add)(const float* a, const float* b, float* y, int64_t n);
+  void (*mul)(const float* a, const float* b, float* y, int64_t n);
+  // Bit-exact with base/fp16.h (round to nearest even, NaN as it does).
+  void (*fp32_to_fp16)(const float* x, uint16_t* y, int64_t n);
+  void (*fp16_to_fp32)(const uint16_t* x, float* y, int64_t n);
+  // n % 32 == 0; y: n/32 BlockQ8_0.  Bit-exact with the ref (d = max|x|/127,
+  // q = round-half-away(x / d)), as ggml's reference quantizer does it.
+  void (*quantize_row_q8_0)(const float* x, void* y, int64_t n);
+  // Query heads [head_begin, head_end) of every query row; the caller threads
+  // over head ranges (best split at kv-group boundaries, so a group's K/V
+  // rows are read once) and query blocks.  scratch: attention_scratch_floats(a)
+  // floats, one per thread.
+  void (*attention)(const AttentionArgs& a, int head_begin, int head_end, float* scratch);
+  // --- additions beyond the contract ---
+  // x += delta; y = layernorm(x)
+  void (*add_layernorm)(float* x, const float* delta, const float* w, const float* b,
+                        float* y, int64_t n, float eps);
+  void (*silu)(const float* x, float* y, int64_t n);
+  Isa isa;
+  const char* name;
+};
+
+// Scratch floats attention needs per calling thread (any ISA).
+size_t attention_scratch_floats(const AttentionArgs& a);
+
+// The table of one ISA: ref always; avx2 / neon when this build contains
+// them (ops_isa_built), else the ref table.  Whether the CPU can run it is
+// ops_isa_runnable (cpu_features()).
+const OpsTable& ops_table(Isa isa);
+bool ops_isa_built(Isa isa);
+bool ops_isa_runnable(Isa isa);
+// The table for active_isa(), resolved once.
+const OpsTable& ops();
+
+namespace detail {  // the per-ISA tables, defined in kernels/{x86,arm}/
+// Tiling of the SIMD attention: keys are processed in blocks of kAttnKeys
+// (converted to f32 once per block and shared by every row of a tile), query
+// rows (query token x head of one kv group) in tiles of up to kAttnRows.
+constexpr int kAttnKeys = 32;
+constexpr int kAttnRows = 16;
+// f32 K/V block + per row (accumulator, scores, max, sum) + 32-byte alignment.
+constexpr size_t attention_scratch_floats_simd(int head_dim) {
+  return (size_t)kAttnKeys * head_dim + (size_t)kAttnRows * (head_dim + kAttnKeys + 2) + 16;
+}
+const OpsTable& ops_table_avx2();
+const OpsTable& ops_table_neon();
+}  // namespace detail
+
+}  // namespace lilims::kernels

@@ -1,0 +1,76 @@
+#include "kernels/ref/attention_ref.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/fp16.h"
+
+namespace lilims::kernels {
+
+size_t attention_scratch_floats__ref(const AttentionArgs& a) {
+  return 3 * (size_t)a.head_dim + (size_t)std::max(0, a.pos0 + a.n_q);
+}
+
+void attention_load_row__ref(const AttentionArgs& a, const void* base, int64_t pos, int g,
+                             float* row) {
+  const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes;
+  const int d = a.head_dim;
+  switch (a.kv_type) {
+    case quant::Type::F32:
+      std::memcpy(row, p + (int64_t)g * d * 4, (size_t)d * 4);
+      break;
+    case quant::Type::F16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p + (int64_t)g * d * 2);
+      for (int i = 0; i < d; ++i) row[i] = fp16_to_fp32(h[i]);
+      break;
+    }
+    case quant::Type::Q8_0: {
+      const quant::BlockQ8_0* b =
+          reinterpret_cast<const quant::BlockQ8_0*>(p) + (int64_t)g * (d / quant::kBlock);
+      for (int i = 0; i < d; ++i) {
+        row[i] = fp16_to_fp32(b[i / quant::kBlock].d) * b[i / quant::kBlock].q[i % quant::kBlock];
+      }
+      break;
+    }
+    default:
+      std::memset(row, 0, (size_t)d * 4);  // no other cache type exists
+  }
+}
+
+void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+  const int d = a.head_dim;
+  const int group = a.n_head / a.n_head_kv;
+  float* krow = scratch;       // (head_dim)
+  float* vrow = krow + d;      // (head_dim)
+  float* acc = vrow + d;       // (head_dim)
+  float* scores = acc + d;     // (hi - lo + 1) <= pos0 + n_q
+  for (int i = 0; i < a.n_q; ++i) {
+    const int64_t hi = (int64_t)a.pos0 + i;
+    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, hi - a.window + 1) : 0;
+    const int64_t n = hi - lo + 1;
+    for (int h = head_begin; h < head_end; ++h) {
+      const int g = h / group;
+      const float* q = a.q + i * a.q_stride + (int64_t)h * d;
+      float* out = a.out + i * a.out_stride + (int64_t)h * d;
+      if (n <= 0) {
+        std::fill(out, out + d, 0.0f);
+        continue;
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        attention_load_row__ref(a, a.k, lo + t, g, krow);
+        float s = 0.0f;
+        for (int j = 0; j < d; ++j) s += q[j] * krow[j];
+        scores[t] = s * a.scale;
+      }
+      softmax_f32__ref(scores, n);
+      std::fill(acc, acc + d, 0.0f);
+      for (int64_t t = 0; t < n; ++t) {
+        attention_load_row__ref(a, a.v, lo + t, g, vrow);
+        for (int j = 0; j < d; ++j) acc[j] += scores[t] * vrow[j];
+      }
+      std::copy(acc, acc + d, out);
+    }
+  }
+}
+
+}  // namespace lilims::kernels

@@ -1,0 +1,296 @@
+// Fused attention over an F16 / Q8_0 / F32 KV cache, AVX2+FMA+F16C.
+//
+// One pass over the cache with an online softmax (flash style).  The rows
+// of work are (query token, query head) pairs of one kv group; up to
+// kAttnRows of them form a tile that walks the union of their visible key
+// ranges in blocks of kAttnKeys positions.  Each K and V block is converted
+// to f32 once into scratch and shared by every row of the tile, so the
+// grouped-query heads and the query tokens of a prefill block read a cache
+// row once per tile.  Per row and block: scores (2 rows x 4 keys register
+// tiles), masking to the row's [lo, hi], running max m and sum l, acc =
+// acc * exp(m_old - m_new) + sum_j p_j V_j; at the end out = acc / l.
+//
+// Head dims 64/80/96/128 are compiled with the dim as a constant; any other
+// multiple of 8 takes the generic instantiation, anything else the ref.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ref/attention_ref.h"
+#include "kernels/x86/ops_avx2.h"
+#include "kernels/x86/vec_avx2.h"
+#include "quant/quant.h"
+
+namespace lilims::kernels {
+namespace {
+
+using detail::kAttnKeys;
+using detail::kAttnRows;
+
+// Cache rows [p0, p0 + nk) of kv head g to f32 rows of d floats in dst.
+void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
+                float* dst) {
+  const uint8_t* src = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes;
+  switch (a.kv_type) {
+    case quant::Type::F16:
+      src += (int64_t)g * d * 2;
+      for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+        for (int c = 0; c < d; c += 8) {
+          _mm256_store_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(
+                                       reinterpret_cast<const __m128i*>(h + c))));
+        }
+      }
+      break;
+    case quant::Type::Q8_0:
+      src += (int64_t)g * (d / quant::kBlock) * sizeof(quant::BlockQ8_0);
+      for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
+        const quant::BlockQ8_0* b = reinterpret_cast<const quant::BlockQ8_0*>(src);
+        for (int blk = 0; blk < d / quant::kBlock; ++blk) {
+          const __m256 s = _mm256_set1_ps(_cvtsh_ss(b[blk].d));
+          for (int k = 0; k < 4; ++k) {
+            const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[blk].q + 8 * k));
+            _mm256_store_ps(dst + blk * quant::kBlock + 8 * k,
+                            _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+          }
+        }
+      }
+      break;
+    default:  // F32
+      src += (int64_t)g * d * 4;
+      for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
+        std::memcpy(dst, src, (size_t)d * 4);
+      }
+  }
+}
+
+// Sums of four accumulators as one __m128 (a, b, c, d).
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// s[j] = q . K[j] for j < nk4 (a multiple of 4), one query row.
+template <int D>
+void scores_1(const float* q, const float* kb, int nk4, int d_rt, float* s) {
+  const int d = D ? D : d_rt;
+  for (int j = 0; j < nk4; j += 4) {
+    const float* k0 = kb + (int64_t)j * d;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + c);
+      a0 = _mm256_fmadd_ps(qv, _mm256_load_ps(k0 + c), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_load_ps(k0 + d + c), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(k0 + 2 * d + c), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(k0 + 3 * d + c), a3);
+    }
+    _mm_store_ps(s + j, hsum4(a0, a1, a2, a3));
+  }
+}
+
+// The same for two query rows at once (K loads shared).
+template <int D>
+void scores_2(const float* q0, const float* q1, const float* kb, int nk4, int d_rt, float* s0,
+              float* s1) {
+  const int d = D ? D : d_rt;
+  for (int j = 0; j < nk4; j += 4) {
+    const float* k0 = kb + (int64_t)j * d;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    __m256 b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+      const __m256 qa = _mm256_loadu_ps(q0 + c), qb = _mm256_loadu_ps(q1 + c);
+      const __m256 k0v = _mm256_load_ps(k0 + c), k1v = _mm256_load_ps(k0 + d + c);
+      const __m256 k2v = _mm256_load_ps(k0 + 2 * d + c), k3v = _mm256_load_ps(k0 + 3 * d + c);
+      a0 = _mm256_fmadd_ps(qa, k0v, a0);
+      a1 = _mm256_fmadd_ps(qa, k1v, a1);
+      a2 = _mm256_fmadd_ps(qa, k2v, a2);
+      a3 = _mm256_fmadd_ps(qa, k3v, a3);
+      b0 = _mm256_fmadd_ps(qb, k0v, b0);
+      b1 = _mm256_fmadd_ps(qb, k1v, b1);
+      b2 = _mm256_fmadd_ps(qb, k2v, b2);
+      b3 = _mm256_fmadd_ps(qb, k3v, b3);
+    }
+    _mm_store_ps(s0 + j, hsum4(a0, a1, a2, a3));
+    _mm_store_ps(s1 + j, hsum4(b0, b1, b2, b3));
+  }
+}
+
+// acc[0, NV*8) = acc * corr + sum_{j < nk} p[j] * V[j][0, NV*8)  (V rows d apart)
+template <int NV>
+inline void pv_chunk(float* acc, __m256 corr, const float* p, const float* v, int nk, int d) {
+  __m256 r[NV];
+  for (int k = 0; k < NV; ++k) r[k] = _mm256_mul_ps(_mm256_load_ps(acc + 8 * k), corr);
+  for (int j = 0; j < nk; ++j, v += d) {
+    const __m256 pj = _mm256_broadcast_ss(p + j);
+    for (int k = 0; k < NV; ++k) r[k] = _mm256_fmadd_ps(pj, _mm256_load_ps(v + 8 * k), r[k]);
+  }
+  for (int k = 0; k < NV; ++k) _mm256_store_ps(acc + 8 * k, r[k]);
+}
+
+template <int D>
+void pv_row(float* acc, float corr, const float* p, const float* vb, int nk, int d_rt) {
+  const int d = D ? D : d_rt;
+  const __m256 vc = _mm256_set1_ps(corr);
+  int c = 0;
+  for (; c + 64 <= d; c += 64) pv_chunk<8>(acc + c, vc, p, vb + c, nk, d);
+  switch ((d - c) / 8) {
+    case 1: pv_chunk<1>(acc + c, vc, p, vb + c, nk, d); break;
+    case 2: pv_chunk<2>(acc + c, vc, p, vb + c, nk, d); break;
+    case 3: pv_chunk<3>(acc + c, vc, p, vb + c, nk, d); break;
+    case 4: pv_chunk<4>(acc + c, vc, p, vb + c, nk, d); break;
+    case 5: pv_chunk<5>(acc + c, vc, p, vb + c, nk, d); break;
+    case 6: pv_chunk<6>(acc + c, vc, p, vb + c, nk, d); break;
+    case 7: pv_chunk<7>(acc + c, vc, p, vb + c, nk, d); break;
+    default: break;
+  }
+}
+
+struct Row {
+  const float* q;
+  float* out;
+  int64_t lo, hi;  // visible cache positions, inclusive
+};
+
+template <int D>
+void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, float* kv,
+                    float* acc, float* s, float* m, float* l) {
+  const int d = D ? D : a.head_dim;
+  int64_t t_lo = rows[0].lo, t_hi = rows[0].hi;
+  for (int r = 1; r < nr; ++r) {
+    t_lo = std::min(t_lo, rows[r].lo);
+    t_hi = std::max(t_hi, rows[r].hi);
+  }
+  for (int r = 0; r < nr; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    std::memset(acc + (int64_t)r * d, 0, (size_t)d * 4);
+  }
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  const __m256 vscale = _mm256_set1_ps(a.scale);
+  bool active[kAttnRows];
+  float corr[kAttnRows];
+  for (int64_t kb = t_lo; kb <= t_hi; kb += kAttnKeys) {
+    const int nk = (int)std::min<int64_t>(kAttnKeys, t_hi - kb + 1);
+    const int nk4 = (nk + 3) & ~3;
+    load_block(a, a.k, kb, nk, g, d, kv);
+    if (nk < nk4) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk4 - nk) * d * 4);
+    for (int r = 0; r < nr; ++r) active[r] = rows[r].lo < kb + nk && rows[r].hi >= kb;
+    // Scores, two rows at a time where both are active.
+    for (int r = 0; r < nr;) {
+      if (!active[r]) {
+        ++r;
+        continue;
+      }
+      if (r + 1 < nr && active[r + 1]) {
+        scores_2<D>(rows[r].q, rows[r + 1].q, kv, nk4, d, s + r * kAttnKeys,
+                    s + (r + 1) * kAttnKeys);
+        r += 2;
+      } else {
+        scores_1<D>(rows[r].q, kv, nk4, d, s + r * kAttnKeys);
+        r += 1;
+      }
+    }
+    // Online softmax update per row: mask, block max, p = exp(s - m_new).
+    for (int r = 0; r < nr; ++r) {
+      if (!active[r]) continue;
+      float* sr = s + r * kAttnKeys;
+      const __m256i jlo = _mm256_set1_epi32((int)std::max<int64_t>(rows[r].lo - kb, 0));
+      const __m256i jhi = _mm256_set1_epi32((int)std::min<int64_t>(rows[r].hi - kb, nk - 1));
+      __m256 mx = ninf;
+      for (int j = 0; j < nk4; j += 8) {
+        const __m256i jj = _mm256_add_epi32(iota, _mm256_set1_epi32(j));
+        const __m256i bad = _mm256_or_si256(_mm256_cmpgt_epi32(jlo, jj),
+                                            _mm256_cmpgt_epi32(jj, jhi));
+        const __m256 v = _mm256_blendv_ps(_mm256_mul_ps(_mm256_load_ps(sr + j), vscale), ninf,
+                                          _mm256_castsi256_ps(bad));
+        _mm256_store_ps(sr + j, v);
+        mx = _mm256_max_ps(mx, v);
+      }
+      const float m_new = std::max(m[r], avx2::hmax(mx));
+      const __m256 vm = _mm256_set1_ps(m_new);
+      __m256 sum = _mm256_setzero_ps();
+      for (int j = 0; j < nk4; j += 8) {
+        const __m256 p = avx2::exp_ps(_mm256_sub_ps(_mm256_load_ps(sr + j), vm));
+        _mm256_store_ps(sr + j, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+      corr[r] = m[r] == -INFINITY ? 0.0f : std::exp(m[r] - m_new);
+      l[r] = l[r] * corr[r] + avx2::hsum(sum);
+      m[r] = m_new;
+    }
+    load_block(a, a.v, kb, nk, g, d, kv);
+    for (int r = 0; r < nr; ++r) {
+      if (active[r]) pv_row<D>(acc + (int64_t)r * d, corr[r], s + r * kAttnKeys, kv, nk, d);
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (int c = 0; c < d; c += 8) {
+      _mm256_storeu_ps(rows[r].out + c, _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)r * d + c), vi));
+    }
+  }
+}
+
+template <int D>
+void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+  const int d = D ? D : a.head_dim;
+  const int group = a.n_head / a.n_head_kv;
+  // Scratch, 32-byte aligned: K/V block (kAttnKeys, d), acc (kAttnRows, d),
+  // scores (kAttnRows, kAttnKeys), m and l (kAttnRows).
+  float* base = reinterpret_cast<float*>(((uintptr_t)scratch + 31) & ~(uintptr_t)31);
+  float* kv = base;
+  float* acc = kv + (int64_t)kAttnKeys * d;
+  float* s = acc + (int64_t)kAttnRows * d;
+  float* m = s + kAttnRows * kAttnKeys;
+  float* l = m + kAttnRows;
+  Row rows[kAttnRows];
+  for (int g = head_begin / group; g * group < head_end; ++g) {
+    const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
+    const int nh = h1 - h0;
+    const int64_t n_rows = (int64_t)a.n_q * nh;  // row r: query r / nh, head h0 + r % nh
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kAttnRows) {
+      const int nr = (int)std::min<int64_t>(kAttnRows, n_rows - r0);
+      int n_live = 0;
+      for (int r = 0; r < nr; ++r) {
+        const int64_t i = (r0 + r) / nh;
+        const int h = h0 + (int)((r0 + r) % nh);
+        Row row;
+        row.q = a.q + i * a.q_stride + (int64_t)h * d;
+        row.out = a.out + i * a.out_stride + (int64_t)h * d;
+        row.hi = (int64_t)a.pos0 + i;
+        row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+        if (row.hi < 0) {  // sees nothing
+          std::memset(row.out, 0, (size_t)d * 4);
+          continue;
+        }
+        rows[n_live++] = row;
+      }
+      if (n_live > 0) attention_tile<D>(a, g, rows, n_live, kv, acc, s, m, l);
+    }
+  }
+}
+
+}  // namespace
+
+void attention__avx2(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+  if (a.head_dim % 8 != 0 || (a.kv_type == quant::Type::Q8_0 && a.head_dim % quant::kBlock)) {
+    attention__ref(a, head_begin, head_end, scratch);
+    return;
+  }
+  switch (a.head_dim) {
+    case 64: attention_impl<64>(a, head_begin, head_end, scratch); break;
+    case 80: attention_impl<80>(a, head_begin, head_end, scratch); break;
+    case 96: attention_impl<96>(a, head_begin, head_end, scratch); break;
+    case 128: attention_impl<128>(a, head_begin, head_end, scratch); break;
+    default: attention_impl<0>(a, head_begin, head_end, scratch); break;
+  }
+}
+
+}  // namespace lilims::kernels

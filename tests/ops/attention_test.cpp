@@ -1,0 +1,241 @@
+// Fused attention of every ISA against a naive softmax(q K^T scale) V in
+// double (Eigen) over the cache's own (dequantized) values, and against the
+// scalar ref; plus what the cache type costs: F16's and Q8_0's error against
+// the unquantized f32 K/V, printed side by side.
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "base/fp16.h"
+#include "kernels/ops.h"
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/ops_ref.h"
+#include "ops_test_util.h"
+#include "quant/quant.h"
+
+namespace lilims::test {
+namespace {
+
+using kernels::AttentionArgs;
+using kernels::Isa;
+using quant::Type;
+
+struct Case {
+  int n_ctx;  // positions in the cache = pos0 + n_q
+  int n_q;
+  int n_head, n_head_kv, head_dim;
+  int32_t window;
+};
+
+std::string describe(const Case& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "ctx=%d n_q=%d heads=%d/%d dim=%d window=%d", c.n_ctx, c.n_q,
+                c.n_head, c.n_head_kv, c.head_dim, c.window);
+  return buf;
+}
+
+const char* type_name(Type t) {
+  return t == Type::F16 ? "F16" : t == Type::Q8_0 ? "Q8_0" : "F32";
+}
+
+// A KV cache holding f32 values v (n_ctx, n_head_kv, head_dim) as type t,
+// with 64 bytes of padding per position so the stride is not the row size.
+struct Cache {
+  std::vector<uint8_t> bytes;
+  int64_t stride = 0;
+  std::vector<double> deq;  // what the cache holds, back in double
+};
+
+Cache make_cache(const std::vector<float>& v, int n_ctx, int n_kv, int d, Type t) {
+  Cache c;
+  const int64_t head_bytes = t == Type::F32   ? d * 4
+                             : t == Type::F16 ? d * 2
+                                              : (d / 32) * (int64_t)sizeof(quant::BlockQ8_0);
+  c.stride = n_kv * head_bytes + 64;
+  c.bytes.assign((size_t)(c.stride * n_ctx), 0xff);
+  c.deq.resize(v.size());
+  for (int p = 0; p < n_ctx; ++p) {
+    for (int g = 0; g < n_kv; ++g) {
+      const float* src = v.data() + ((int64_t)p * n_kv + g) * d;
+      double* dq = c.deq.data() + ((int64_t)p * n_kv + g) * d;
+      uint8_t* dst = c.bytes.data() + p * c.stride + g * head_bytes;
+      if (t == Type::F32) {
+        std::memcpy(dst, src, d * 4);
+        for (int i = 0; i < d; ++i) dq[i] = src[i];
+      } else if (t == Type::F16) {
+        for (int i = 0; i < d; ++i) {
+          const uint16_t h = fp32_to_fp16(src[i]);
+          std::memcpy(dst + 2 * i, &h, 2);
+          dq[i] = fp16_to_fp32(h);
+        }
+      } else {
+        kernels::quantize_row_q8_0__ref(src, dst, d);
+        const quant::BlockQ8_0* b = reinterpret_cast<const quant::BlockQ8_0*>(dst);
+        for (int i = 0; i < d; ++i) dq[i] = (double)fp16_to_fp32(b[i / 32].d) * b[i / 32].q[i % 32];
+      }
+    }
+  }
+  return c;
+}
+
+// The oracle: per query row and head, softmax(K q scale) V in double over
+// the visible positions, with K, V taken from kv (n_ctx, n_kv, d) doubles.
+// Also returns, per (row, head), the bound terms: S = max_j sum_d |q_d k_jd|
+// and max |v| over the visible rows.
+struct Oracle {
+  std::vector<double> out, s_abs, v_abs;
+};
+
+Oracle naive(const Case& c, const std::vector<float>& q, const std::vector<double>& k,
+             const std::vector<double>& v, float scale) {
+  Oracle o;
+  const int d = c.head_dim, group = c.n_head / c.n_head_kv;
+  const int pos0 = c.n_ctx - c.n_q;
+  o.out.resize((size_t)c.n_q * c.n_head * d);
+  o.s_abs.resize((size_t)c.n_q * c.n_head);
+  o.v_abs.resize((size_t)c.n_q * c.n_head);
+  for (int i = 0; i < c.n_q; ++i) {
+    const int hi = pos0 + i;
+    const int lo = c.window > 0 ? std::max(0, hi - c.window + 1) : 0;
+    const int n = hi - lo + 1;
+    for (int h = 0; h < c.n_head; ++h) {
+      const int g = h / group;
+      Eigen::MatrixXd K(n, d), V(n, d);
+      for (int t = 0; t < n; ++t) {
+        for (int j = 0; j < d; ++j) {
+          K(t, j) = k[((int64_t)(lo + t) * c.n_head_kv + g) * d + j];
+          V(t, j) = v[((int64_t)(lo + t) * c.n_head_kv + g) * d + j];
+        }
+      }
+      Eigen::VectorXd qv(d);
+      for (int j = 0; j < d; ++j) qv[j] = q[((int64_t)i * c.n_head + h) * d + j];
+      Eigen::VectorXd s = K * qv * (double)scale;
+      s = (s.array() - s.maxCoeff()).exp().matrix();
+      s /= s.sum();
+      const Eigen::VectorXd out = V.transpose() * s;
+      for (int j = 0; j < d; ++j) o.out[((int64_t)i * c.n_head + h) * d + j] = out[j];
+      o.s_abs[(size_t)i * c.n_head + h] = (K.cwiseAbs() * qv.cwiseAbs()).maxCoeff();
+      o.v_abs[(size_t)i * c.n_head + h] = V.cwiseAbs().maxCoeff();
+    }
+  }
+  return o;
+}
+
+// The error bound of a float attention against the double oracle over the
+// same cache values.  Each score is a float dot product of d terms, scaled:
+// |ds| <= (d + 2) u scale S = delta.  Perturbing the scores by <= delta moves
+// each softmax weight by <= 2 delta relative (to first order), so the output
+// by <= 2 delta max|v|.  exp (<= 4u), the float sums of n weights and of n
+// weighted values (gamma_n each) and the final division add <= (2n + 16) u
+// max|v|.  tol = max|v| (2.2 delta + (2n + 16) u).
+double bound(const Case& c, const Oracle& o, size_t row_head, float scale) {
+  const double delta = (c.head_dim + 2) * kEps * scale * o.s_abs[row_head];
+  return o.v_abs[row_head] * (2.2 * delta + (2.0 * c.n_ctx + 16) * kEps);
+}
+
+class ops_attention : public OpsIsaTest {};
+
+std::vector<Case> cases() {
+  return {
+      // decode (n_q = 1) over contexts 1 .. 8192, GQA ratios 1/3/4/8, dims 64/80/96/128
+      {1, 1, 4, 4, 64, 0},       {2, 1, 9, 3, 64, 0},        {33, 1, 32, 4, 64, 0},
+      {100, 1, 32, 32, 80, 0},   {515, 1, 24, 8, 96, 0},     {2048, 1, 32, 4, 64, 0},
+      {1031, 1, 8, 1, 128, 0},   {8192, 1, 9, 3, 64, 0},     {8192, 1, 32, 8, 128, 4096},
+      // prefill blocks (many query rows, causal inside the block)
+      {7, 7, 9, 3, 64, 0},       {64, 64, 8, 2, 64, 0},      {300, 45, 12, 4, 96, 0},
+      {173, 37, 32, 32, 80, 0},  {90, 20, 16, 2, 128, 0},
+      // sliding windows smaller and larger than a key block, window 1
+      {200, 1, 6, 3, 64, 50},    {200, 17, 6, 2, 64, 5},     {129, 9, 4, 4, 128, 1},
+      {600, 33, 8, 8, 80, 100},  {70, 70, 8, 1, 96, 16},
+  };
+}
+
+TEST_P(ops_attention, vs_naive_double_and_ref) {
+  SCOPED_TRACE(trace());
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const int d = c.head_dim;
+    const float scale = 1.0f / std::sqrt((float)d);
+    const int64_t row = (int64_t)c.n_head * d;
+    const auto q = random_floats(rng_, c.n_q * row, -1, 1);
+    const auto kf = random_floats(rng_, (int64_t)c.n_ctx * c.n_head_kv * d, -1, 1);
+    const auto vf = random_floats(rng_, (int64_t)c.n_ctx * c.n_head_kv * d, -1, 1);
+    std::vector<double> kd(kf.begin(), kf.end()), vd(vf.begin(), vf.end());
+    const Oracle exact = naive(c, q, kd, vd, scale);  // unquantized K/V
+    double err_by_type[3] = {0, 0, 0};
+    for (Type t : {Type::F32, Type::F16, Type::Q8_0}) {
+      if (t == Type::Q8_0 && d % 32 != 0) continue;  // Q8_0 needs whole blocks per head
+      SCOPED_TRACE(type_name(t));
+      const Cache kc = make_cache(kf, c.n_ctx, c.n_head_kv, d, t);
+      const Cache vc = make_cache(vf, c.n_ctx, c.n_head_kv, d, t);
+      const Oracle o = naive(c, q, kc.deq, vc.deq, scale);
+      AttentionArgs a{};
+      // q rows with a stride larger than a row; out likewise.
+      std::vector<float> qs((size_t)(c.n_q * (row + 8)));
+      for (int i = 0; i < c.n_q; ++i) std::copy_n(q.data() + i * row, row, qs.data() + i * (row + 8));
+      a.q = qs.data();
+      a.q_stride = row + 8;
+      a.n_q = c.n_q;
+      a.pos0 = c.n_ctx - c.n_q;
+      a.k = kc.bytes.data();
+      a.v = vc.bytes.data();
+      a.kv_type = t;
+      a.kv_stride_bytes = kc.stride;
+      a.n_head = c.n_head;
+      a.n_head_kv = c.n_head_kv;
+      a.head_dim = d;
+      a.scale = scale;
+      a.window = c.window;
+      std::vector<float> out((size_t)(c.n_q * (row + 4)), -7.0f), ref(out.size(), -7.0f);
+      a.out = out.data();
+      a.out_stride = row + 4;
+      std::vector<float> scratch(kernels::attention_scratch_floats(a) + 1);
+      // Heads in two calls split inside a kv group, as two threads would.
+      const int split = c.n_head > 2 ? c.n_head / 2 + 1 : c.n_head;
+      ops().attention(a, 0, split, scratch.data() + 1);
+      if (split < c.n_head) ops().attention(a, split, c.n_head, scratch.data() + 1);
+      a.out = ref.data();
+      kernels::attention__ref(a, 0, c.n_head, scratch.data());
+      double max_err = 0;
+      for (int i = 0; i < c.n_q; ++i) {
+        for (int h = 0; h < c.n_head; ++h) {
+          const size_t rh = (size_t)i * c.n_head + h;
+          const double tol = bound(c, o, rh, scale);
+          for (int j = 0; j < d; ++j) {
+            const float y = out[i * (row + 4) + h * d + j];
+            const double want = o.out[rh * d + j];
+            ASSERT_NEAR(y, want, tol) << "query " << i << " head " << h << " dim " << j;
+            ASSERT_NEAR(y, ref[i * (row + 4) + h * d + j], 2 * tol)
+                << "vs ref: query " << i << " head " << h << " dim " << j;
+            max_err = std::max(max_err, std::fabs(y - exact.out[rh * d + j]));
+          }
+        }
+        for (int j = 0; j < 4; ++j) {
+          ASSERT_EQ(out[i * (row + 4) + row + j], -7.0f) << "wrote past a row";
+        }
+      }
+      err_by_type[(int)(t == Type::F16) + 2 * (int)(t == Type::Q8_0)] = max_err;
+    }
+    // What the cache type costs, beside each other (max abs error of the
+    // output against attention over the unquantized f32 K/V; |v| <= 1).
+    char q8[32] = "n/a (dim % 32)";
+    if (d % 32 == 0) std::snprintf(q8, sizeof q8, "%.2e", err_by_type[2]);
+    std::printf("[attention %s] %s: max |err| vs f32 cache: F32 %.2e  F16 %.2e  Q8_0 %s\n",
+                kernels::isa_name(GetParam()), describe(c).c_str(), err_by_type[0],
+                err_by_type[1], q8);
+    // F16 rounds K/V to 2^-11 relative, Q8_0 to max|x|/254 absolute per
+    // block; both errors stay far below the values' scale of 1.
+    EXPECT_LT(err_by_type[1], 2e-3);
+    if (d % 32 == 0) {
+      EXPECT_LT(err_by_type[2], 2e-2);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(isa, ops_attention, ::testing::ValuesIn(all_isas()), isa_param_name);
+
+}  // namespace
+}  // namespace lilims::test
