@@ -283,7 +283,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     check_id(id);
-    if (i == 0 && id == bos_ && types_[id] == kTokenControl) continue;
+    if (i == 0 && add_bos_ && id == bos_ && types_[id] == kTokenControl) continue;
     std::string piece = token_to_piece(id);
     if (strip && types_[id] != kTokenControl) {
       if (!piece.empty() && piece[0] == ' ') piece.erase(0, 1);

@@ -88,7 +88,8 @@ class Tokenizer {
   // The bytes this token decodes to: byte fallback -> the raw byte, byte-level
   // BPE -> the unmapped bytes, U+2581 -> space, control tokens -> their text.
   std::string token_to_piece(int32_t id) const;
-  // The full text.  A BOS at the start is dropped (encode added it); with
+  // The full text.  A BOS at the start is dropped when the vocabulary adds
+  // one (encode put it there); with
   // SentencePiece's space prefix (and WordPiece) the first piece's leading
   // space is removed.  Other control tokens appear as their text.
   std::string decode(const std::vector<int32_t>& ids) const;
