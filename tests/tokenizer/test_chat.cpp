@@ -1,0 +1,112 @@
+// Chat templates: recognition from Jinja text and the exact strings each
+// format produces (system message, multi-turn, generation prompt).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "models/gguf.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "test_util.h"
+
+namespace {
+
+using lilims::tok::apply_chat_template;
+using lilims::tok::ChatMessage;
+using lilims::tok::detect_chat_template;
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."},
+    {"user", "Hi"},
+    {"assistant", "Hello!"},
+    {"user", "Open the camera"},
+};
+
+TEST(ChatTemplate, Detect) {
+  EXPECT_EQ(detect_chat_template("{% for m in messages %}{{'<|im_start|>' + m['role']}}"), "chatml");
+  EXPECT_EQ(detect_chat_template(
+                "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{{ ' ' + content + ' ' + eos_token }}"),
+            "llama2");
+  EXPECT_EQ(detect_chat_template("{{ '<|user|>\\n' + message['content'] + eos_token }}{{ '<|assistant|>' }}"),
+            "zephyr");
+  EXPECT_EQ(detect_chat_template("{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n' + '<|assistant|>'}}"),
+            "phi3");
+  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"),
+            "llama3");
+  EXPECT_EQ(detect_chat_template("{{ messages }}"), "");
+  EXPECT_EQ(detect_chat_template(""), "");
+}
+
+TEST(ChatTemplate, Phi3VocabTemplate) {
+  const std::string path = lilims::test::shared_data("vocab/ggml-vocab-phi-3.gguf");
+  LILIMS_REQUIRE_FILE(path, "ggml-org/llama.cpp models/");
+  auto f = lilims::gguf::File::open(path);
+  auto tok = lilims::tok::Tokenizer::from_gguf(*f);
+  EXPECT_EQ(detect_chat_template(tok->chat_template()), "phi3");
+  const std::string text = apply_chat_template("phi3", {{"user", "Hi"}}, true);
+  EXPECT_EQ(text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  const auto ids = tok->encode(text, true, true);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids[0], tok->bos());
+  const int32_t assistant = tok->find_token("<|assistant|>");
+  EXPECT_NE(std::find(ids.begin(), ids.end(), assistant), ids.end());
+  EXPECT_TRUE(tok->is_eog(tok->find_token("<|end|>")));
+  EXPECT_TRUE(tok->is_eog(tok->eos()));
+}
+
+TEST(ChatTemplate, ChatMLWithAndWithoutSystem) {
+  EXPECT_EQ(apply_chat_template("chatml", kConversation, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\nOpen the camera<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // SmolLM2's template supplies its own system prompt when there is none.
+  EXPECT_EQ(apply_chat_template("chatml", {{"user", "Hi"}}, false),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(apply_chat_template("chatml", {}, true), "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Llama2) {
+  EXPECT_EQ(apply_chat_template("llama2", kConversation, true),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s>"
+            "<s>[INST] Open the camera [/INST]");
+  EXPECT_EQ(apply_chat_template("llama2", {{"user", " Hi "}}, true), "[INST] Hi [/INST]");
+}
+
+TEST(ChatTemplate, Zephyr) {
+  EXPECT_EQ(apply_chat_template("zephyr", kConversation, true),
+            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello!</s>\n"
+            "<|user|>\nOpen the camera</s>\n<|assistant|>\n");
+  EXPECT_EQ(apply_chat_template("zephyr", {{"user", "Hi"}}, false), "<|user|>\nHi</s>\n");
+}
+
+TEST(ChatTemplate, Phi3) {
+  EXPECT_EQ(apply_chat_template("phi3", kConversation, true),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+            "<|user|>\nOpen the camera<|end|>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplate, Llama3) {
+  EXPECT_EQ(apply_chat_template("llama3", kConversation, true),
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nOpen the camera<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, UnknownNameThrows) {
+  try {
+    apply_chat_template("vicuna", kConversation, true);
+    FAIL() << "no exception";
+  } catch (const lilims::Error& e) {
+    EXPECT_EQ(e.status(), LILIMS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("[tokenizer]"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("vicuna"), std::string::npos);
+  }
+}
+
+}  // namespace
