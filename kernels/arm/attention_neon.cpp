@@ -1,0 +1,273 @@
+// Fused attention over an F16 / Q8_0 / F32 KV cache, NEON (aarch64 baseline).
+// The algorithm of kernels/x86/attention_avx2.cpp (see its header): tiles of
+// up to kAttnRows (query, head) rows of one kv group walk the keys in blocks
+// of kAttnKeys converted once to f32, online softmax per row.
+#include <arm_neon.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/arm/ops_neon.h"
+#include "kernels/arm/vec_neon.h"
+#include "kernels/ref/attention_ref.h"
+#include "quant/quant.h"
+
+namespace lilims::kernels {
+namespace {
+
+using detail::kAttnKeys;
+using detail::kAttnRows;
+
+void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
+                float* dst) {
+  const uint8_t* src = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes;
+  switch (a.kv_type) {
+    case quant::Type::F16:
+      src += (int64_t)g * d * 2;
+      for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+        for (int c = 0; c < d; c += 8) {
+          const float16x8_t v = vreinterpretq_f16_u16(vld1q_u16(h + c));
+          vst1q_f32(dst + c, vcvt_f32_f16(vget_low_f16(v)));
+          vst1q_f32(dst + c + 4, vcvt_high_f32_f16(v));
+        }
+      }
+      break;
+    case quant::Type::Q8_0:
+      src += (int64_t)g * (d / quant::kBlock) * sizeof(quant::BlockQ8_0);
+      for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
+        const quant::BlockQ8_0* b = reinterpret_cast<const quant::BlockQ8_0*>(src);
+        for (int blk = 0; blk < d / quant::kBlock; ++blk) {
+          const float s = vgetq_lane_f32(
+              vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(b[blk].d))), 0);
+          for (int k = 0; k < 2; ++k) {
+            const int8x16_t q = vld1q_s8(b[blk].q + 16 * k);
+            const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_s8(vget_high_s8(q));
+            float* o = dst + blk * quant::kBlock + 16 * k;
+            vst1q_f32(o, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), s));
+            vst1q_f32(o + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), s));
+            vst1q_f32(o + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), s));
+            vst1q_f32(o + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), s));
+          }
+        }
+      }
+      break;
+    default:  // F32
+      src += (int64_t)g * d * 4;
+      for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
+        std::memcpy(dst, src, (size_t)d * 4);
+      }
+  }
+}
+
+inline float32x4_t hsum4(float32x4_t a, float32x4_t b, float32x4_t c, float32x4_t d) {
+  return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
+}
+
+template <int D>
+void scores_2(const float* q0, const float* q1, const float* kb, int nk4, int d_rt, float* s0,
+              float* s1) {
+  const int d = D ? D : d_rt;
+  for (int j = 0; j < nk4; j += 4) {
+    const float* k0 = kb + (int64_t)j * d;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0),
+                a3 = vdupq_n_f32(0);
+    float32x4_t b0 = vdupq_n_f32(0), b1 = vdupq_n_f32(0), b2 = vdupq_n_f32(0),
+                b3 = vdupq_n_f32(0);
+    for (int c = 0; c < d; c += 4) {
+      const float32x4_t qa = vld1q_f32(q0 + c), qb = vld1q_f32(q1 + c);
+      const float32x4_t k0v = vld1q_f32(k0 + c), k1v = vld1q_f32(k0 + d + c);
+      const float32x4_t k2v = vld1q_f32(k0 + 2 * d + c), k3v = vld1q_f32(k0 + 3 * d + c);
+      a0 = vfmaq_f32(a0, qa, k0v);
+      a1 = vfmaq_f32(a1, qa, k1v);
+      a2 = vfmaq_f32(a2, qa, k2v);
+      a3 = vfmaq_f32(a3, qa, k3v);
+      b0 = vfmaq_f32(b0, qb, k0v);
+      b1 = vfmaq_f32(b1, qb, k1v);
+      b2 = vfmaq_f32(b2, qb, k2v);
+      b3 = vfmaq_f32(b3, qb, k3v);
+    }
+    vst1q_f32(s0 + j, hsum4(a0, a1, a2, a3));
+    vst1q_f32(s1 + j, hsum4(b0, b1, b2, b3));
+  }
+}
+
+template <int D>
+void scores_1(const float* q, const float* kb, int nk4, int d_rt, float* s) {
+  const int d = D ? D : d_rt;
+  for (int j = 0; j < nk4; j += 4) {
+    const float* k0 = kb + (int64_t)j * d;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0),
+                a3 = vdupq_n_f32(0);
+    for (int c = 0; c < d; c += 4) {
+      const float32x4_t qv = vld1q_f32(q + c);
+      a0 = vfmaq_f32(a0, qv, vld1q_f32(k0 + c));
+      a1 = vfmaq_f32(a1, qv, vld1q_f32(k0 + d + c));
+      a2 = vfmaq_f32(a2, qv, vld1q_f32(k0 + 2 * d + c));
+      a3 = vfmaq_f32(a3, qv, vld1q_f32(k0 + 3 * d + c));
+    }
+    vst1q_f32(s + j, hsum4(a0, a1, a2, a3));
+  }
+}
+
+// acc[0, NV*4) = acc * corr + sum_{j < nk} p[j] V[j][0, NV*4)
+template <int NV>
+inline void pv_chunk(float* acc, float corr, const float* p, const float* v, int nk, int d) {
+  float32x4_t r[NV];
+  for (int k = 0; k < NV; ++k) r[k] = vmulq_n_f32(vld1q_f32(acc + 4 * k), corr);
+  for (int j = 0; j < nk; ++j, v += d) {
+    const float pj = p[j];
+    for (int k = 0; k < NV; ++k) r[k] = vfmaq_n_f32(r[k], vld1q_f32(v + 4 * k), pj);
+  }
+  for (int k = 0; k < NV; ++k) vst1q_f32(acc + 4 * k, r[k]);
+}
+
+template <int D>
+void pv_row(float* acc, float corr, const float* p, const float* vb, int nk, int d_rt) {
+  const int d = D ? D : d_rt;
+  int c = 0;
+  for (; c + 64 <= d; c += 64) pv_chunk<16>(acc + c, corr, p, vb + c, nk, d);
+  if (c + 32 <= d) {
+    pv_chunk<8>(acc + c, corr, p, vb + c, nk, d);
+    c += 32;
+  }
+  if (c + 16 <= d) {
+    pv_chunk<4>(acc + c, corr, p, vb + c, nk, d);
+    c += 16;
+  }
+  if (c + 8 <= d) {
+    pv_chunk<2>(acc + c, corr, p, vb + c, nk, d);
+    c += 8;
+  }
+  if (c + 4 <= d) pv_chunk<1>(acc + c, corr, p, vb + c, nk, d);
+}
+
+struct Row {
+  const float* q;
+  float* out;
+  int64_t lo, hi;
+};
+
+template <int D>
+void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, float* kv,
+                    float* acc, float* s, float* m, float* l) {
+  const int d = D ? D : a.head_dim;
+  int64_t t_lo = rows[0].lo, t_hi = rows[0].hi;
+  for (int r = 1; r < nr; ++r) {
+    t_lo = std::min(t_lo, rows[r].lo);
+    t_hi = std::max(t_hi, rows[r].hi);
+  }
+  for (int r = 0; r < nr; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    std::memset(acc + (int64_t)r * d, 0, (size_t)d * 4);
+  }
+  bool active[kAttnRows];
+  float corr[kAttnRows];
+  for (int64_t kb = t_lo; kb <= t_hi; kb += kAttnKeys) {
+    const int nk = (int)std::min<int64_t>(kAttnKeys, t_hi - kb + 1);
+    const int nk4 = (nk + 3) & ~3;
+    load_block(a, a.k, kb, nk, g, d, kv);
+    if (nk < nk4) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk4 - nk) * d * 4);
+    for (int r = 0; r < nr; ++r) active[r] = rows[r].lo < kb + nk && rows[r].hi >= kb;
+    for (int r = 0; r < nr;) {
+      if (!active[r]) {
+        ++r;
+      } else if (r + 1 < nr && active[r + 1]) {
+        scores_2<D>(rows[r].q, rows[r + 1].q, kv, nk4, d, s + r * kAttnKeys,
+                    s + (r + 1) * kAttnKeys);
+        r += 2;
+      } else {
+        scores_1<D>(rows[r].q, kv, nk4, d, s + r * kAttnKeys);
+        r += 1;
+      }
+    }
+    for (int r = 0; r < nr; ++r) {
+      if (!active[r]) continue;
+      float* sr = s + r * kAttnKeys;
+      const int jlo = (int)std::max<int64_t>(rows[r].lo - kb, 0);
+      const int jhi = (int)std::min<int64_t>(rows[r].hi - kb, nk - 1);
+      float mx = -INFINITY;
+      for (int j = 0; j < nk4; ++j) {
+        sr[j] = j < jlo || j > jhi ? -INFINITY : sr[j] * a.scale;
+        mx = std::max(mx, sr[j]);
+      }
+      const float m_new = std::max(m[r], mx);
+      float32x4_t sum = vdupq_n_f32(0);
+      for (int j = 0; j < nk4; j += 4) {
+        const float32x4_t p = neon::exp_f32(vsubq_f32(vld1q_f32(sr + j), vdupq_n_f32(m_new)));
+        vst1q_f32(sr + j, p);
+        sum = vaddq_f32(sum, p);
+      }
+      corr[r] = m[r] == -INFINITY ? 0.0f : std::exp(m[r] - m_new);
+      l[r] = l[r] * corr[r] + vaddvq_f32(sum);
+      m[r] = m_new;
+    }
+    load_block(a, a.v, kb, nk, g, d, kv);
+    for (int r = 0; r < nr; ++r) {
+      if (active[r]) pv_row<D>(acc + (int64_t)r * d, corr[r], s + r * kAttnKeys, kv, nk, d);
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int c = 0; c < d; c += 4) {
+      vst1q_f32(rows[r].out + c, vmulq_n_f32(vld1q_f32(acc + (int64_t)r * d + c), inv));
+    }
+  }
+}
+
+template <int D>
+void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+  const int d = D ? D : a.head_dim;
+  const int group = a.n_head / a.n_head_kv;
+  float* base = reinterpret_cast<float*>(((uintptr_t)scratch + 31) & ~(uintptr_t)31);
+  float* kv = base;
+  float* acc = kv + (int64_t)kAttnKeys * d;
+  float* s = acc + (int64_t)kAttnRows * d;
+  float* m = s + kAttnRows * kAttnKeys;
+  float* l = m + kAttnRows;
+  Row rows[kAttnRows];
+  for (int g = head_begin / group; g * group < head_end; ++g) {
+    const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
+    const int nh = h1 - h0;
+    const int64_t n_rows = (int64_t)a.n_q * nh;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kAttnRows) {
+      const int nr = (int)std::min<int64_t>(kAttnRows, n_rows - r0);
+      int n_live = 0;
+      for (int r = 0; r < nr; ++r) {
+        const int64_t i = (r0 + r) / nh;
+        const int h = h0 + (int)((r0 + r) % nh);
+        Row row;
+        row.q = a.q + i * a.q_stride + (int64_t)h * d;
+        row.out = a.out + i * a.out_stride + (int64_t)h * d;
+        row.hi = (int64_t)a.pos0 + i;
+        row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+        if (row.hi < 0) {
+          std::memset(row.out, 0, (size_t)d * 4);
+          continue;
+        }
+        rows[n_live++] = row;
+      }
+      if (n_live > 0) attention_tile<D>(a, g, rows, n_live, kv, acc, s, m, l);
+    }
+  }
+}
+
+}  // namespace
+
+void attention__neon(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+  if (a.head_dim % 8 != 0 || (a.kv_type == quant::Type::Q8_0 && a.head_dim % quant::kBlock)) {
+    attention__ref(a, head_begin, head_end, scratch);
+    return;
+  }
+  switch (a.head_dim) {
+    case 64: attention_impl<64>(a, head_begin, head_end, scratch); break;
+    case 80: attention_impl<80>(a, head_begin, head_end, scratch); break;
+    case 96: attention_impl<96>(a, head_begin, head_end, scratch); break;
+    case 128: attention_impl<128>(a, head_begin, head_end, scratch); break;
+    default: attention_impl<0>(a, head_begin, head_end, scratch); break;
+  }
+}
+
+}  // namespace lilims::kernels
