@@ -71,7 +71,7 @@ struct MatmulKernel {
 };
 
 struct QuantizeKernel {
-  const char* name;   // e.g. "quantize_row_q8_0__avx2"
+  const char* name;   // e.g. "quantize_act_q8_0__avx2"
   quant::Type type;   // Q8_0 or Q8_1
   Isa isa;
   Feature needs;

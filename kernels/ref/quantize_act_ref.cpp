@@ -26,7 +26,7 @@ float quantize_block(const float* x, int8_t* q, int* sum) {
 
 }  // namespace
 
-void quantize_row_q8_0__ref(const float* x, void* y, int64_t k) {
+void quantize_act_q8_0__ref(const float* x, void* y, int64_t k) {
   quant::BlockQ8_0* out = static_cast<quant::BlockQ8_0*>(y);
   for (int64_t b = 0; b < k / quant::kBlock; ++b) {
     int sum;
@@ -35,7 +35,7 @@ void quantize_row_q8_0__ref(const float* x, void* y, int64_t k) {
   }
 }
 
-void quantize_row_q8_1__ref(const float* x, void* y, int64_t k) {
+void quantize_act_q8_1__ref(const float* x, void* y, int64_t k) {
   quant::BlockQ8_1* out = static_cast<quant::BlockQ8_1*>(y);
   for (int64_t b = 0; b < k / quant::kBlock; ++b) {
     int sum;

@@ -11,8 +11,8 @@
 namespace lilims::kernels {
 
 // x: (k) floats, k % 32 == 0; y: (k / 32) BlockQ8_0.
-void quantize_row_q8_0__ref(const float* x, void* y, int64_t k);
+void quantize_act_q8_0__ref(const float* x, void* y, int64_t k);
 // x: (k) floats, k % 32 == 0; y: (k / 32) BlockQ8_1.
-void quantize_row_q8_1__ref(const float* x, void* y, int64_t k);
+void quantize_act_q8_1__ref(const float* x, void* y, int64_t k);
 
 }  // namespace lilims::kernels

@@ -48,7 +48,7 @@ inline float block(const float* x, int8_t* q, int* sum) {
 
 }  // namespace
 
-void quantize_row_q8_0__avx2(const float* x, void* y, int64_t k) {
+void quantize_act_q8_0__avx2(const float* x, void* y, int64_t k) {
   uint8_t* out = static_cast<uint8_t*>(y);
   for (int64_t b = 0; b < k / 32; ++b, out += 34) {
     int sum;
@@ -58,7 +58,7 @@ void quantize_row_q8_0__avx2(const float* x, void* y, int64_t k) {
   }
 }
 
-void quantize_row_q8_1__avx2(const float* x, void* y, int64_t k) {
+void quantize_act_q8_1__avx2(const float* x, void* y, int64_t k) {
   uint8_t* out = static_cast<uint8_t*>(y);
   for (int64_t b = 0; b < k / 32; ++b, out += 36) {
     int sum;

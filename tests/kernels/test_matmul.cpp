@@ -84,7 +84,7 @@ TestWeight make_weight(Type t, const std::vector<uint8_t>& gguf, int64_t rows, i
   return tw;
 }
 
-class MatmulKernelTest : public testing::TestWithParam<size_t> {
+class matmul_kernel : public testing::TestWithParam<size_t> {
  protected:
   void SetUp() override {
     const MatmulKernel& k = kernels::matmul_kernels()[GetParam()];
@@ -161,7 +161,7 @@ class MatmulKernelTest : public testing::TestWithParam<size_t> {
   }
 };
 
-TEST_P(MatmulKernelTest, IntegerDataIsExact) {
+TEST_P(matmul_kernel, IntegerDataIsExact) {
   if (!quantized()) GTEST_SKIP() << "float weights: no integer path";
   for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
     check(kShapes[i], true, 1);
@@ -169,7 +169,7 @@ TEST_P(MatmulKernelTest, IntegerDataIsExact) {
   }
 }
 
-TEST_P(MatmulKernelTest, MatchesRefWithinBound) {
+TEST_P(matmul_kernel, MatchesRefWithinBound) {
   for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
     check(kShapes[i], false, 2);
     if (HasFatalFailure()) return;
@@ -178,7 +178,7 @@ TEST_P(MatmulKernelTest, MatchesRefWithinBound) {
 
 // A row range that starts inside the matrix (r0 multiple of 4) and ends
 // inside a group: only [r0, r1) may be written.
-TEST_P(MatmulKernelTest, RowSubrange) {
+TEST_P(matmul_kernel, RowSubrange) {
   const MatmulKernel& k = kern();
   const Type wt = k.wtype;
   const int64_t rows = 13, K = 96, n = 5, r0 = 4, r1 = 10;
@@ -202,13 +202,13 @@ TEST_P(MatmulKernelTest, RowSubrange) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, MatmulKernelTest, testing::ValuesIn(all_kernels()), kernel_name);
+INSTANTIATE_TEST_SUITE_P(All, matmul_kernel, testing::ValuesIn(all_kernels()), kernel_name);
 
 // --- activation quantization ----------------------------------------------
 
-class QuantizeKernelTest : public testing::TestWithParam<size_t> {};
+class matmul_quantize_act : public testing::TestWithParam<size_t> {};
 
-TEST_P(QuantizeKernelTest, BitIdenticalToRef) {
+TEST_P(matmul_quantize_act, BitIdenticalToRef) {
   const kernels::QuantizeKernel& q = kernels::quantize_kernels()[GetParam()];
   if (!kernels::feature_available(q.needs)) GTEST_SKIP() << q.name << ": this CPU lacks its features";
   const uint64_t seed = test::base_seed() + 99;
@@ -226,13 +226,13 @@ TEST_P(QuantizeKernelTest, BitIdenticalToRef) {
     const size_t bytes = (q.type == Type::Q8_1 ? 36 : 34) * (size_t)(K / 32);
     std::vector<uint8_t> a(bytes + 1, 0), b(bytes, 0);
     q.fn(x.data() + 1, a.data() + 1, K);  // misaligned input and output
-    (q.type == Type::Q8_1 ? kernels::quantize_row_q8_1__ref : kernels::quantize_row_q8_0__ref)(
+    (q.type == Type::Q8_1 ? kernels::quantize_act_q8_1__ref : kernels::quantize_act_q8_0__ref)(
         x.data() + 1, b.data(), K);
     ASSERT_EQ(0, std::memcmp(a.data() + 1, b.data(), bytes)) << q.name << " K=" << K << " seed=" << seed;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, QuantizeKernelTest,
+INSTANTIATE_TEST_SUITE_P(All, matmul_quantize_act,
                          testing::Range<size_t>(0, kernels::quantize_kernels().size()),
                          [](const testing::TestParamInfo<size_t>& i) {
                            return std::string(kernels::quantize_kernels()[i.param].name);
@@ -240,7 +240,7 @@ INSTANTIATE_TEST_SUITE_P(All, QuantizeKernelTest,
 
 // --- repacking ------------------------------------------------------------
 
-TEST(Repack, BlocksRoundTripIncludingPartialGroup) {
+TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
   for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
     for (int64_t rows : {1, 4, 6, 11}) {
       const int64_t K = 96;
@@ -293,7 +293,7 @@ double oracle_bound(Type t, const std::vector<float>& wdeq, const std::vector<fl
   return s + 2 * (K + 4) * test::kU * f;
 }
 
-TEST(GraphMatmul, QuantizedPathVsOracleAndRef) {
+TEST(matmul_graph, QuantizedPathVsOracleAndRef) {
   const GraphCase cases[] = {{Type::Q4_1, 67, 576, 1},  {Type::Q4_1, 13, 576, 9},
                              {Type::Q8_0, 64, 1536, 1}, {Type::Q8_0, 35, 256, 70},
                              {Type::Q4_0, 33, 2048, 2}, {Type::Q4_0, 64, 64, 130},
@@ -347,7 +347,7 @@ TEST(GraphMatmul, QuantizedPathVsOracleAndRef) {
 
 // --- thread pool ------------------------------------------------------------
 
-TEST(ThreadPool, EveryTaskOnceOnValidThreads) {
+TEST(matmul_thread_pool, EveryTaskOnceOnValidThreads) {
   for (int threads : {1, 2, 4}) {
     graph::ThreadPool pool(threads);
     EXPECT_EQ(pool.size(), threads);
@@ -371,7 +371,7 @@ TEST(ThreadPool, EveryTaskOnceOnValidThreads) {
   }
 }
 
-TEST(PackWeight, RepacksQuantizedTypesUnlessRef) {
+TEST(matmul_pack_weight, RepacksQuantizedTypesUnlessRef) {
   std::mt19937_64 rng(1);
   const std::vector<uint8_t> g = test::random_weights(Type::Q4_1, 10, 64, rng, {});
   const PackedWeight a = kernels::pack_weight(Type::Q4_1, g.data(), 10, 64, false);

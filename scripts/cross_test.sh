@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Cross-builds the tests for aarch64 and runs the kernel tests under qemu on
+# three CPU models so every NEON path runs:
+#   max         NEON + dotprod + i8mm  (the i8mm kernels)
+#   cortex-a76  NEON + dotprod         (the dotprod kernels; i8mm ones skip)
+#   cortex-a53  NEON only              (the baseline kernels)
+# (qemu 7.2 cannot switch dotprod/i8mm off on `max`, hence named models.)
+# Usage: scripts/cross_test.sh [build dir, default build-aarch64] [-j N]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-aarch64}
+jobs=${JOBS:-2}
+# Test names of the kernel (matmul_*) and ops (ops_*) suites.
+filter=${LILIMS_CROSS_TEST_FILTER:-(^|/)(matmul|ops)_}
+
+cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
+  -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON \
+  -DLILIMS_QEMU_CPU=  # empty: no -cpu flag, qemu reads QEMU_CPU (set below)
+targets=()
+for t in test_kernels test_ops; do
+  if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then targets+=("$t"); fi
+done
+cmake --build "$build" -j"$jobs" --target "${targets[@]}"
+
+status=0
+for cpu in max cortex-a76 cortex-a53; do
+  echo "=== qemu-aarch64 -cpu $cpu ==="
+  (cd "$build" && QEMU_CPU=$cpu ctest -R "$filter" -j"$jobs" --output-on-failure) || status=1
+done
+exit $status
