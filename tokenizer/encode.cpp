@@ -13,11 +13,6 @@ namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
-struct Symbol {
-  uint32_t start, len;  // bytes in the working string
-  int32_t prev, next;   // neighbours in the linked list (-1: none)
-};
-
 }  // namespace
 
 // SentencePiece BPE: start from single characters, repeatedly merge the
@@ -36,8 +31,31 @@ void Tokenizer::encode_spm(std::string_view text, bool prefix_space, std::vector
     }
   }
 
+  // When no vocabulary piece has a U+2581 after another character (true of
+  // the Llama 2 and Phi-3 vocabularies), no merge can cross the start of a
+  // word, so words are merged one at a time: the result is identical and
+  // the heaps stay small.
   std::vector<Symbol> sym;
-  sym.reserve(s.size());
+  std::vector<Bigram> heap;
+  const std::string_view all(s);
+  size_t chunk = 0;
+  if (spm_split_words_) {
+    for (size_t i = 3; i + 3 <= all.size(); ++i) {
+      if (all.compare(i, 3, kSpace) == 0 && all.compare(i - 3, 3, kSpace) != 0) {
+        encode_spm_chunk(all.substr(chunk, i - chunk), &sym, &heap, out);
+        chunk = i;
+      }
+    }
+  }
+  encode_spm_chunk(all.substr(chunk), &sym, &heap, out);
+}
+
+void Tokenizer::encode_spm_chunk(std::string_view s, std::vector<Symbol>* sym_buf,
+                                 std::vector<Bigram>* heap_buf, std::vector<int32_t>* out) const {
+  std::vector<Symbol>& sym = *sym_buf;
+  std::vector<Bigram>& heap = *heap_buf;
+  sym.clear();
+  heap.clear();
   for (size_t i = 0; i < s.size();) {
     const size_t len = std::min(utf8_len(static_cast<uint8_t>(s[i])), s.size() - i);
     const auto idx = static_cast<int32_t>(sym.size());
@@ -47,26 +65,20 @@ void Tokenizer::encode_spm(std::string_view text, bool prefix_space, std::vector
   if (sym.empty()) return;
   sym.back().next = -1;
 
-  struct Bigram {
-    float score;
-    int32_t left, right;
-    uint32_t size;
-    bool operator<(const Bigram& o) const {  // max-heap: best score, then leftmost
-      return score < o.score || (score == o.score && left > o.left);
-    }
-  };
-  std::priority_queue<Bigram> heap;
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     const uint32_t size = sym[l].len + sym[r].len;
-    const int32_t id = merge_index_.find(std::string_view(s).substr(sym[l].start, size));
-    if (id >= 0) heap.push({scores_[id], l, r, size});
+    const int32_t id = merge_index_.find(s.substr(sym[l].start, size));
+    if (id < 0) return;
+    heap.push_back({scores_[id], l, r, size});
+    std::push_heap(heap.begin(), heap.end());
   };
   for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 
   while (!heap.empty()) {
-    const Bigram b = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end());
+    const Bigram b = heap.back();
+    heap.pop_back();
     Symbol& l = sym[b.left];
     Symbol& r = sym[b.right];
     if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;  // stale
@@ -79,7 +91,7 @@ void Tokenizer::encode_spm(std::string_view text, bool prefix_space, std::vector
   }
 
   for (int32_t i = 0; i >= 0; i = sym[i].next) {
-    const std::string_view piece = std::string_view(s).substr(sym[i].start, sym[i].len);
+    const std::string_view piece = s.substr(sym[i].start, sym[i].len);
     const int32_t id = merge_index_.find(piece);
     if (id >= 0) {
       out->push_back(id);

@@ -14,6 +14,8 @@ namespace lilims::tok {
 
 namespace {
 
+constexpr const char* kSpmSpace = "\xE2\x96\x81";  // U+2581
+
 uint64_t hash_bytes(std::string_view s) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : s) {
@@ -79,6 +81,18 @@ void Tokenizer::finalize() {
     mergeable[i] = types_[i] == kTokenNormal || types_[i] == kTokenUserDefined;
   }
   merge_index_.build(tokens_, mergeable);
+
+  spm_split_words_ = type_ == VocabType::kSpm;
+  for (size_t i = 0; i < n && spm_split_words_; ++i) {
+    if (!mergeable[i]) continue;
+    const std::string& s = tokens_[i];
+    for (size_t k = s.find(kSpmSpace, 1); k != std::string::npos; k = s.find(kSpmSpace, k + 1)) {
+      if (k < 3 || s.compare(k - 3, 3, kSpmSpace) != 0) {
+        spm_split_words_ = false;
+        break;
+      }
+    }
+  }
 
   if (type_ == VocabType::kSpm) {
     for (int b = 0; b < 256; ++b) {

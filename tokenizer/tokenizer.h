@@ -113,7 +113,21 @@ class Tokenizer {
   void finalize();  // builds indexes, byte tables, the special-token trie, the EOG set
   void check_id(int32_t id) const;
   void encode_fragment(std::string_view text, bool first, std::vector<int32_t>* out) const;
+  struct Symbol {
+    uint32_t start, len;  // bytes in the chunk
+    int32_t prev, next;   // neighbours in the linked list (-1: none)
+  };
+  struct Bigram {
+    float score;
+    int32_t left, right;
+    uint32_t size;
+    bool operator<(const Bigram& o) const {  // max-heap: best score, then leftmost
+      return score < o.score || (score == o.score && left > o.left);
+    }
+  };
   void encode_spm(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;
+  void encode_spm_chunk(std::string_view s, std::vector<Symbol>* sym, std::vector<Bigram>* heap,
+                        std::vector<int32_t>* out) const;
   void encode_bpe_piece(std::string_view piece, std::vector<int32_t>* out) const;
   void encode_wordpiece(std::string_view text, std::vector<int32_t>* out) const;
   // Longest special/added token starting at text[pos]: its id and length.
@@ -127,6 +141,7 @@ class Tokenizer {
   int32_t bos_ = -1, eos_ = -1, unk_ = -1, eot_ = -1, eom_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   bool add_space_prefix_ = true;  // SentencePiece: prepend U+2581
+  bool spm_split_words_ = false;  // SentencePiece: no piece has U+2581 after another character
   bool ignore_merges_ = false;    // BPE: a piece that is a token is taken whole (llama3)
   bool wp_lowercase_ = true;      // WordPiece normalizer
   PreTokenizer pre_{};
