@@ -24,10 +24,10 @@
 // llvm-mca markers (bench/mca_neon.sh): empty asm comments around the inner
 // block loop; they cost nothing and survive into the -S output.
 #if defined(LILIMS_MCA_MARKERS)
-#define LILIMS_MCA_BEGIN(name) __asm__ volatile("# LLVM-MCA-BEGIN " name ::: "memory")
-#define LILIMS_MCA_END() __asm__ volatile("# LLVM-MCA-END" ::: "memory")
+#define LILIMS_MCA_BEGIN(name, tokens) __asm__ volatile("// LLVM-MCA-BEGIN " name " tokens=%0" ::"i"(tokens))
+#define LILIMS_MCA_END() __asm__ volatile("// LLVM-MCA-END")
 #else
-#define LILIMS_MCA_BEGIN(name) ((void)0)
+#define LILIMS_MCA_BEGIN(name, tokens) ((void)0)
 #define LILIMS_MCA_END() ((void)0)
 #endif
 
@@ -168,7 +168,7 @@ inline void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, si
   float32x4_t acc[T];
   for (int t = 0; t < T; ++t) acc[t] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    LILIMS_MCA_BEGIN("tile");
+    LILIMS_MCA_BEGIN("tile", T);
     const uint8_t* ab = x + b * P::kActBlock;
     int8x16_t w01[4], w23[4];
     P::unpack(g + b, w01, w23);

@@ -1,0 +1,288 @@
+// Matmul kernels on the shapes of real models (bench_kernels).
+//
+//   matvec (decode, 1 token): GB/s of weight bytes read, beside a STREAM
+//     triad measured by this binary at start-up with the same thread count
+//     (counter pct_triad = weight GB/s / triad GB/s).
+//   gemm (prefill, 512 tokens): GOP/s (2 * rows * K * tokens), beside
+//     OpenBLAS SGEMM on the same shape and threads (BM_sgemm_openblas), and
+//     pct_int8_peak against the AVX2 int8 peak:
+//       Zen 3 issues 2 vpmaddubsw per cycle, each 32 u8 x s8 multiply-adds
+//       = 64 ops, at ~2.45 GHz: 2 * 32 * 2 * 2.45e9 = 313.6 GOP/s per core,
+//       627 GOP/s on the 2 cores.  (A Q8 block also needs one vpmaddwd per
+//       vpmaddubsw on the same ports, so ~50% of that is the practical
+//       ceiling for Q8_0; Q4 sums 4 maddubs before one madd.)
+// Every kernel of kernels/matmul_kernels.inc that this CPU runs is
+// benchmarked; activations are quantized outside the timed loop (that pass
+// is benchmarked separately as BM_graph_matmul, the whole entry point).
+// Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true
+// for medians.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/fp16.h"
+#include "graph/matmul.h"
+#include "kernels/matmul.h"
+#include "quant/repack.h"
+
+#if defined(LILIMS_HAVE_OPENBLAS)
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+namespace {
+
+using lilims::kernels::PackedWeight;
+using lilims::quant::Type;
+namespace kernels = lilims::kernels;
+namespace graph = lilims::graph;
+
+struct ModelShape {
+  const char* model;
+  int64_t rows, cols;
+};
+const ModelShape kShapes[] = {
+    {"TinyLlama", 2048, 2048}, {"TinyLlama", 2048, 5632}, {"TinyLlama", 5632, 2048},
+    {"TinyLlama", 32000, 2048}, {"SmolLM2", 576, 576},     {"SmolLM2", 576, 1536},
+    {"SmolLM2", 1536, 576},    {"SmolLM2", 49152, 576},   {"Phi3", 3072, 3072},
+    {"Phi3", 3072, 8192}};
+constexpr int64_t kPrefillTokens = 512;
+constexpr double kInt8PeakPerCore = 2 * 32 * 2 * 2.45e9;
+
+// Fast deterministic bytes (weights need not be realistic, only valid).
+void fill_random(uint8_t* p, size_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    p[i] = (uint8_t)s;
+  }
+}
+
+std::vector<uint8_t> random_weights(Type t, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> w(lilims::quant::row_bytes(t, cols) * rows);
+  fill_random(w.data(), w.size(), rows * 7 + cols);
+  // Valid, finite scales (d in [2^-10, 2^-6]), and finite F16/F32 values.
+  const uint16_t d = lilims::fp32_to_fp16(0.01f);
+  if (t == Type::F32) {
+    float* f = reinterpret_cast<float*>(w.data());
+    for (int64_t i = 0; i < rows * cols; ++i) f[i] = (float)((int8_t)w[i * 4]) / 128.0f;
+  } else if (t == Type::F16) {
+    uint16_t* h = reinterpret_cast<uint16_t*>(w.data());
+    for (int64_t i = 0; i < rows * cols; ++i) h[i] = lilims::fp32_to_fp16((float)((int8_t)(h[i] & 0xff)) / 128.0f);
+  } else {
+    const size_t bb = t == Type::Q8_0 ? 34 : t == Type::Q4_0 ? 18 : 20;
+    for (size_t o = 0; o < w.size(); o += bb) {
+      std::memcpy(&w[o], &d, 2);
+      if (t == Type::Q4_1) std::memcpy(&w[o + 2], &d, 2);
+    }
+  }
+  return w;
+}
+
+// STREAM triad a = b + s * c over 3 x 64 MiB, median of 5, on `threads`.
+double triad_gbps(int threads) {
+  static double cache[8] = {0};
+  if (cache[threads]) return cache[threads];
+  const int64_t n = (64 << 20) / 4;
+  std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+  graph::ThreadPool pool(threads);
+  const int64_t chunk = n / (threads * 16);
+  auto run = [&](float s) {
+    pool.parallel_for(n / chunk, [&](int64_t t, int) {
+      float* __restrict pa = a.get() + t * chunk;
+      const float* __restrict pb = b.get() + t * chunk;
+      const float* __restrict pc = c.get() + t * chunk;
+      for (int64_t i = 0; i < chunk; ++i) pa[i] = pb[i] + s * pc[i];
+    });
+  };
+  run(1.0f);  // first touch
+  std::vector<double> v;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run(0.5f + rep);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    v.push_back(3.0 * n * 4 / sec / 1e9);
+  }
+  std::sort(v.begin(), v.end());
+  return cache[threads] = v[2];
+}
+
+// Shared state of one (kernel, shape): packed weight, quantized activations.
+struct Setup {
+  std::vector<uint8_t> gguf;
+  PackedWeight w;
+  std::vector<uint8_t> act;
+  size_t act_stride;
+  std::vector<float> y;
+};
+
+std::unique_ptr<Setup> make_setup(const kernels::MatmulKernel& k, const ModelShape& s, int64_t n) {
+  auto st = std::make_unique<Setup>();
+  st->gguf = random_weights(k.wtype, s.rows, s.cols);
+  st->w.type = k.wtype;
+  st->w.rows = s.rows;
+  st->w.cols = s.cols;
+  st->w.data = st->gguf.data();
+  if (k.layout == kernels::kLayoutX4) {
+    st->w.storage.resize(lilims::quant::repacked_bytes_x4(k.wtype, s.rows, s.cols));
+    lilims::quant::repack_x4(k.wtype, st->gguf.data(), s.rows, s.cols, st->w.storage.data());
+    st->w.data = st->w.storage.data();
+    st->w.layout = kernels::kLayoutX4;
+    std::vector<uint8_t>().swap(st->gguf);  // the repacked copy is all the kernel reads
+  }
+  st->act_stride = kernels::act_row_bytes(k.wtype, s.cols);
+  std::vector<float> x(s.cols * n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng);
+  st->act.resize(st->act_stride * n);
+  if (const kernels::QuantizeKernel* q = kernels::select_quantize_kernel(kernels::Isa::ref, k.wtype)) {
+    for (int64_t j = 0; j < n; ++j) q->fn(x.data() + j * s.cols, st->act.data() + j * st->act_stride, s.cols);
+  } else {
+    std::memcpy(st->act.data(), x.data(), st->act.size());
+  }
+  st->y.resize(s.rows * n);
+  return st;
+}
+
+// The same (row chunk x token chunk) split as graph::matmul.
+void run_kernel(const kernels::MatmulKernel& k, Setup& st, int64_t n, graph::ThreadPool& pool) {
+  const int64_t rows = st.w.rows;
+  const int64_t rc = n <= 4 ? std::max<int64_t>(16, ((rows + 4 * pool.size() - 1) / (4 * pool.size()) + 3) / 4 * 4) : 32;
+  const int64_t tc = n <= 4 ? n : 64;
+  const int64_t nr = (rows + rc - 1) / rc, nt = (n + tc - 1) / tc;
+  pool.parallel_for(nr * nt, [&](int64_t task, int) {
+    const int64_t r0 = task / nt * rc, r1 = std::min(rows, r0 + rc);
+    const int64_t j0 = task % nt * tc, j1 = std::min(n, j0 + tc);
+    k.fn(st.w, r0, r1, st.act.data() + j0 * st.act_stride, st.act_stride, j1 - j0,
+         st.y.data() + j0 * rows, rows);
+  });
+}
+
+size_t weight_bytes(const PackedWeight& w) {
+  return w.layout == kernels::kLayoutX4 ? w.storage.size() : lilims::quant::row_bytes(w.type, w.cols) * w.rows;
+}
+
+void BM_matvec(benchmark::State& state, const kernels::MatmulKernel* k, ModelShape s, int threads) {
+  auto st = make_setup(*k, s, 1);
+  graph::ThreadPool pool(threads);
+  for (auto _ : state) {
+    run_kernel(*k, *st, 1, pool);
+    benchmark::ClobberMemory();
+  }
+  const double bytes = (double)weight_bytes(st->w);
+  state.SetBytesProcessed((int64_t)(bytes * state.iterations()));
+  state.counters["weight_GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["triad_GBps"] = triad_gbps(threads);
+  state.counters["pct_triad"] = benchmark::Counter(100.0 * bytes / 1e9 / triad_gbps(threads),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_gemm(benchmark::State& state, const kernels::MatmulKernel* k, ModelShape s, int threads) {
+  auto st = make_setup(*k, s, kPrefillTokens);
+  graph::ThreadPool pool(threads);
+  for (auto _ : state) {
+    run_kernel(*k, *st, kPrefillTokens, pool);
+    benchmark::ClobberMemory();
+  }
+  const double ops = 2.0 * s.rows * s.cols * kPrefillTokens;
+  state.counters["GOPs"] = benchmark::Counter(ops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_int8_peak"] = benchmark::Counter(100.0 * ops / (kInt8PeakPerCore * threads),
+                                                       benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The whole entry point (activation quantization + kernel), decode.
+void BM_graph_matmul(benchmark::State& state, Type t, ModelShape s, int threads, int64_t n) {
+  const std::vector<uint8_t> g = random_weights(t, s.rows, s.cols);
+  const auto t0 = std::chrono::steady_clock::now();
+  const PackedWeight w = kernels::pack_weight(t, g.data(), s.rows, s.cols, true);
+  const double repack_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<float> x(s.cols * n, 0.5f), y(s.rows * n);
+  graph::ThreadPool pool(threads);
+  graph::MatmulScratch scratch;
+  for (auto _ : state) {
+    graph::matmul(w, x.data(), s.cols, n, y.data(), s.rows, pool, scratch);
+    benchmark::ClobberMemory();
+  }
+  state.counters["repack_ms"] = repack_ms;
+  state.counters["repacked_MB"] = w.storage.size() / 1e6;
+  state.counters["gguf_MB"] = g.size() / 1e6;
+  if (n == 1) {
+    state.counters["weight_GBps"] = benchmark::Counter((double)weight_bytes(w) / 1e9,
+                                                       benchmark::Counter::kIsIterationInvariantRate);
+  } else {
+    state.counters["GOPs"] = benchmark::Counter(2.0 * s.rows * s.cols * n / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  }
+}
+
+#if defined(LILIMS_HAVE_OPENBLAS)
+void BM_sgemm_openblas(benchmark::State& state, ModelShape s, int threads) {
+  openblas_set_num_threads(threads);
+  std::vector<float> w(s.rows * s.cols, 0.01f), x(s.cols * kPrefillTokens, 0.5f), y(s.rows * kPrefillTokens);
+  for (auto _ : state) {
+    // Y (tokens x rows) = X (tokens x K) * W^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)kPrefillTokens, (int)s.rows, (int)s.cols,
+                1.0f, x.data(), (int)s.cols, w.data(), (int)s.cols, 0.0f, y.data(), (int)s.rows);
+    benchmark::ClobberMemory();
+  }
+  const double ops = 2.0 * s.rows * s.cols * kPrefillTokens;
+  state.counters["GOPs"] = benchmark::Counter(ops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
+void BM_triad(benchmark::State& state, int threads) {
+  for (auto _ : state) state.counters["triad_GBps"] = triad_gbps(threads);
+}
+
+std::string shape_name(const ModelShape& s) {
+  return std::string(s.model) + "_" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int threads : {1, 2}) {
+    benchmark::RegisterBenchmark(("triad/t" + std::to_string(threads)).c_str(), BM_triad, threads)
+        ->Iterations(1)->Unit(benchmark::kMillisecond);
+  }
+  for (const kernels::MatmulKernel& k : kernels::matmul_kernels()) {
+    if (!kernels::feature_available(k.needs)) continue;
+    for (const ModelShape& s : kShapes) {
+      for (int threads : {1, 2}) {
+        const std::string suffix = "/" + shape_name(s) + "/t" + std::to_string(threads);
+        if (k.isa != kernels::Isa::ref) {
+          benchmark::RegisterBenchmark((std::string("matvec/") + k.name + suffix).c_str(), BM_matvec, &k, s, threads)
+              ->Unit(benchmark::kMicrosecond)->UseRealTime();
+          benchmark::RegisterBenchmark((std::string("gemm512/") + k.name + suffix).c_str(), BM_gemm, &k, s, threads)
+              ->Unit(benchmark::kMillisecond)->UseRealTime();
+        }
+      }
+    }
+  }
+  for (const ModelShape& s : kShapes) {
+    for (int threads : {1, 2}) {
+      const std::string suffix = "/" + shape_name(s) + "/t" + std::to_string(threads);
+      for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_1}) {
+        const char* tn = t == Type::Q4_0 ? "Q4_0" : t == Type::Q8_0 ? "Q8_0" : "Q4_1";
+        benchmark::RegisterBenchmark((std::string("graph_matvec/") + tn + suffix).c_str(), BM_graph_matmul, t, s, threads, 1)
+            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+      }
+#if defined(LILIMS_HAVE_OPENBLAS)
+      benchmark::RegisterBenchmark(("gemm512/sgemm_openblas" + suffix).c_str(), BM_sgemm_openblas, s, threads)
+          ->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
