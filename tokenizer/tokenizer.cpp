@@ -238,6 +238,14 @@ uint8_t Tokenizer::token_type(int32_t id) const {
 
 int32_t Tokenizer::find_token(std::string_view text) const { return index_.find(text); }
 
+bool Tokenizer::covers_all_bytes() const {
+  if (type_ == VocabType::kWordPiece) return false;
+  for (int32_t id : byte_token_) {
+    if (id < 0) return false;
+  }
+  return true;
+}
+
 bool Tokenizer::is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && eog_[id]; }
 
 bool Tokenizer::is_control(int32_t id) const {

@@ -103,6 +103,12 @@ class Tokenizer {
   bool is_control(int32_t id) const;
 
   VocabType vocab_type() const { return type_; }
+  // Every byte has a token (byte-level BPE alphabet, or SentencePiece <0xNN>
+  // fallback), so decode(encode(s)) == s for any valid UTF-8 s (SentencePiece:
+  // without parse_special).  Not so for some real vocabularies: Falcon's lacks
+  // 28 byte tokens (ASCII controls among them), StarCoder's 0xF1 -- HF drops
+  // such bytes (no unk token), and so does lilims.
+  bool covers_all_bytes() const;
   uint8_t token_type(int32_t id) const;
   int32_t find_token(std::string_view text) const;  // exact vocab string, -1 if absent
   // tokenizer.chat_template from the GGUF ("" when absent).
