@@ -24,8 +24,15 @@ LlamaContext::LlamaContext(const LlamaModel& model, const ForwardConfig& cfg,
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[llama] n_ctx and n_batch must be positive");
   }
   cfg_.n_batch = std::min(cfg_.n_batch, cfg_.n_ctx);
-  // The Q8_0 cache needs whole blocks per head; F16 is the default.
-  kv_type_ = cfg_.mode == ExecMode::oracle_f32 ? quant::Type::F32 : quant::Type::F16;
+  kv_type_ = cfg_.mode == ExecMode::oracle_f32 ? quant::Type::F32 : cfg_.kv_type;
+  if (kv_type_ == quant::Type::Q8_0 && hp.head_dim % quant::kBlock != 0) {
+    throw Error(LILIMS_ERR_UNSUPPORTED, "[llama] a Q8_0 KV cache needs a head dimension that is "
+                                        "a multiple of 32, not " + std::to_string(hp.head_dim));
+  }
+  if (kv_type_ != quant::Type::F32 && kv_type_ != quant::Type::F16 &&
+      kv_type_ != quant::Type::Q8_0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[llama] the KV cache type must be F32, F16 or Q8_0");
+  }
   kv_row_bytes_ = quant::row_bytes(kv_type_, hp.kv_dim());
   const size_t cache_bytes = (size_t)hp.n_layer * (size_t)cfg_.n_ctx * kv_row_bytes_;
   k_cache_.assign(cache_bytes, 0);
@@ -84,6 +91,9 @@ void LlamaContext::store_kv(int layer, int32_t pos, const float* k, const float*
   if (kv_type_ == quant::Type::F32) {
     std::memcpy(kd, k, (size_t)kv_dim * sizeof(float));
     std::memcpy(vd, v, (size_t)kv_dim * sizeof(float));
+  } else if (kv_type_ == quant::Type::Q8_0) {
+    ops.quantize_row_q8_0(k, kd, kv_dim);
+    ops.quantize_row_q8_0(v, vd, kv_dim);
   } else {
     ops.fp32_to_fp16(k, reinterpret_cast<uint16_t*>(kd), kv_dim);
     ops.fp32_to_fp16(v, reinterpret_cast<uint16_t*>(vd), kv_dim);

@@ -23,6 +23,9 @@ struct ForwardConfig {
   ExecMode mode = ExecMode::fast;
   int32_t n_ctx = 2048;   // positions the KV cache holds
   int32_t n_batch = 64;   // tokens per block of prefill
+  // KV cache element type: F16 (default), Q8_0 (head_dim % 32 == 0) or F32.
+  // The oracle mode always uses F32.
+  quant::Type kv_type = quant::Type::F16;
 };
 
 // One sequence's state: KV cache, scratch, RoPE tables.  Allocated once;

@@ -51,6 +51,7 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
   pool_ = std::make_unique<graph::ThreadPool>(threads);
   models::ForwardConfig cfg;
   cfg.mode = opt.mode;
+  cfg.kv_type = opt.kv_type;
   cfg.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
   cfg.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(model.hparams().n_ctx_train, 4096);
   if (cfg.n_ctx > (1 << 20)) {
@@ -201,7 +202,13 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
       break;
     }
     r.tokens.push_back(next);
-    const std::string piece = decoder.push(next);
+    std::string piece = decoder.push(next);
+    // SentencePiece marks word starts with a space; the first word after BOS
+    // has none to show (llama2.c and llama.cpp strip it too).
+    if (i == 0 && !tokens_.empty() && tokens_.back() == tk.bos() && !piece.empty() &&
+        piece[0] == ' ' && tk.vocab_type() == tok::VocabType::kSpm) {
+      piece.erase(0, 1);
+    }
     r.text += piece;
     bool stop = opt.on_token && opt.on_token(next, piece);
     if (opt.json) {

@@ -52,6 +52,7 @@ struct SessionOptions {
   int32_t n_threads = 0;  // 0: hardware concurrency
   int32_t n_batch = 64;
   models::ExecMode mode = models::ExecMode::fast;
+  quant::Type kv_type = quant::Type::F16;
 };
 
 enum class StopReason { max_tokens = 0, end_of_generation = 1, callback = 2, context_full = 3,

@@ -76,13 +76,13 @@ bool JsonPrefix::number_byte(uint8_t c, bool* consumed) {
       break;
     case Num::exp:
       if (c == '+' || c == '-') { num_ = Num::exp_sign; return true; }
-      if (digit) { num_ = Num::exp_digits; return true; }
+      if (digit) { num_ = Num::exp_digits; exp_digits_ = 1; return true; }
       return false;
     case Num::exp_sign:
-      if (digit) { num_ = Num::exp_digits; return true; }
+      if (digit) { num_ = Num::exp_digits; exp_digits_ = 1; return true; }
       return false;
     case Num::exp_digits:
-      if (digit) return true;
+      if (digit) return ++exp_digits_ <= kMaxExponentDigits;
       break;
   }
   // A complete number followed by c.  At the top level a number cannot be

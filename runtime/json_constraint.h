@@ -24,6 +24,9 @@ class JsonPrefix {
 
   static constexpr int kMaxDepth = 32;        // deeper nesting is refused
   static constexpr int kMaxWhitespaceRun = 2;  // keeps a model from padding forever
+  // Exponents of at most two digits: |x| < 1e100 fits a double, so every
+  // parser reads the number (1e999 is valid JSON but many parsers refuse it).
+  static constexpr int kMaxExponentDigits = 2;
 
  private:
   enum class St : uint8_t {
@@ -55,6 +58,7 @@ class JsonPrefix {
   uint8_t utf8_left_ = 0;
   uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // allowed range of the next continuation byte
   Num num_ = Num::minus;
+  uint8_t exp_digits_ = 0;
   const char* literal_ = nullptr;  // the rest of "true"/"false"/"null" to match
   uint8_t ws_run_ = 0;
   int depth_ = 0;

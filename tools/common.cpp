@@ -26,6 +26,12 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
     else if (m == "ref") mode = models::ExecMode::ref;
     else if (m == "oracle") mode = models::ExecMode::oracle_f32;
     else throw std::invalid_argument("--exec expects fast, ref or oracle");
+  } else if (a == "--kv-type") {
+    const std::string t = next();
+    if (t == "f16") kv_type = quant::Type::F16;
+    else if (t == "q8_0") kv_type = quant::Type::Q8_0;
+    else if (t == "f32") kv_type = quant::Type::F32;
+    else throw std::invalid_argument("--kv-type expects f16, q8_0 or f32");
   } else if (a == "--no-mmap") {
     use_mmap = false;
   } else {
@@ -39,6 +45,7 @@ runtime::SessionOptions CommonArgs::session_options() const {
   o.n_threads = n_threads;
   o.n_ctx = n_ctx;
   o.mode = mode;
+  o.kv_type = kv_type;
   return o;
 }
 

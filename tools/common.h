@@ -16,6 +16,7 @@ struct CommonArgs {
   int32_t n_ctx = 0;
   models::ExecMode mode = models::ExecMode::fast;
   bool use_mmap = true;
+  quant::Type kv_type = quant::Type::F16;
 
   // Consumes -m/-t/-c/--exec/--no-mmap; `next` returns the option's value.
   bool parse(const std::string& arg, const std::function<const char*()>& next);

@@ -4,6 +4,7 @@
 // of the llama2.c checkpoint.
 #include <sstream>
 
+#include "base/error.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 
