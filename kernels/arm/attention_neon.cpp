@@ -18,6 +18,7 @@ namespace {
 
 using detail::kAttnKeys;
 using detail::kAttnRows;
+constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
 
 void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
                 float* dst) {
@@ -58,6 +59,17 @@ void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, in
       for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
         std::memcpy(dst, src, (size_t)d * 4);
       }
+  }
+}
+
+// Prefetches the cache rows [p0, p0 + nk) of kv head g: issued one block
+// ahead, so the strided rows (one head's slice of each position) are in
+// cache when load_block converts them instead of costing a miss each.
+void prefetch_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d) {
+  const int64_t head_bytes = (int64_t)quant::row_bytes(a.kv_type, d);
+  const uint8_t* row = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + g * head_bytes;
+  for (int j = 0; j < nk; ++j, row += a.kv_stride_bytes) {
+    for (int64_t o = 0; o < head_bytes; o += 64) __builtin_prefetch(row + o);
   }
 }
 
@@ -168,6 +180,13 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
   for (int64_t kb = t_lo; kb <= t_hi; kb += kAttnKeys) {
     const int nk = (int)std::min<int64_t>(kAttnKeys, t_hi - kb + 1);
     const int nk4 = (nk + 3) & ~3;
+    // Prefetch kPrefetchBlocks ahead (the first blocks of a tile up front).
+    for (int64_t pb = kb == t_lo ? kb : kb + kPrefetchBlocks * kAttnKeys;
+         pb <= std::min<int64_t>(t_hi, kb + kPrefetchBlocks * kAttnKeys); pb += kAttnKeys) {
+      const int nk_p = (int)std::min<int64_t>(kAttnKeys, t_hi - pb + 1);
+      prefetch_block(a, a.k, pb, nk_p, g, d);
+      prefetch_block(a, a.v, pb, nk_p, g, d);
+    }
     load_block(a, a.k, kb, nk, g, d, kv);
     if (nk < nk4) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk4 - nk) * d * 4);
     for (int r = 0; r < nr; ++r) active[r] = rows[r].lo < kb + nk && rows[r].hi >= kb;

@@ -28,6 +28,7 @@ namespace {
 
 using detail::kAttnKeys;
 using detail::kAttnRows;
+constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
 
 // Cache rows [p0, p0 + nk) of kv head g to f32 rows of d floats in dst.
 void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
@@ -63,6 +64,17 @@ void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, in
       for (int j = 0; j < nk; ++j, src += a.kv_stride_bytes, dst += d) {
         std::memcpy(dst, src, (size_t)d * 4);
       }
+  }
+}
+
+// Prefetches the cache rows [p0, p0 + nk) of kv head g: issued one block
+// ahead, so the strided rows (one head's slice of each position) are in
+// cache when load_block converts them instead of costing a miss each.
+void prefetch_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d) {
+  const int64_t head_bytes = (int64_t)quant::row_bytes(a.kv_type, d);
+  const uint8_t* row = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + g * head_bytes;
+  for (int j = 0; j < nk; ++j, row += a.kv_stride_bytes) {
+    for (int64_t o = 0; o < head_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(row + o), _MM_HINT_T0);
   }
 }
 
@@ -150,6 +162,43 @@ void pv_row(float* acc, float corr, const float* p, const float* vb, int nk, int
   }
 }
 
+// Two rows at once, sharing the V loads: accA/accB[0, NV*8) likewise.
+template <int NV>
+inline void pv_chunk2(float* acc_a, float* acc_b, __m256 corr_a, __m256 corr_b,
+                      const float* pa, const float* pb, const float* v, int nk, int d) {
+  __m256 ra[NV], rb[NV];
+  for (int k = 0; k < NV; ++k) {
+    ra[k] = _mm256_mul_ps(_mm256_load_ps(acc_a + 8 * k), corr_a);
+    rb[k] = _mm256_mul_ps(_mm256_load_ps(acc_b + 8 * k), corr_b);
+  }
+  for (int j = 0; j < nk; ++j, v += d) {
+    const __m256 pja = _mm256_broadcast_ss(pa + j), pjb = _mm256_broadcast_ss(pb + j);
+    for (int k = 0; k < NV; ++k) {
+      const __m256 vv = _mm256_load_ps(v + 8 * k);
+      ra[k] = _mm256_fmadd_ps(pja, vv, ra[k]);
+      rb[k] = _mm256_fmadd_ps(pjb, vv, rb[k]);
+    }
+  }
+  for (int k = 0; k < NV; ++k) {
+    _mm256_store_ps(acc_a + 8 * k, ra[k]);
+    _mm256_store_ps(acc_b + 8 * k, rb[k]);
+  }
+}
+
+template <int D>
+void pv_rows2(float* acc_a, float* acc_b, float corr_a, float corr_b, const float* pa,
+              const float* pb, const float* vb, int nk, int d_rt) {
+  const int d = D ? D : d_rt;
+  const __m256 ca = _mm256_set1_ps(corr_a), cb = _mm256_set1_ps(corr_b);
+  int c = 0;
+  for (; c + 32 <= d; c += 32) pv_chunk2<4>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
+  if (c + 16 <= d) {
+    pv_chunk2<2>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
+    c += 16;
+  }
+  if (c + 8 <= d) pv_chunk2<1>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
+}
+
 struct Row {
   const float* q;
   float* out;
@@ -178,6 +227,13 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
   for (int64_t kb = t_lo; kb <= t_hi; kb += kAttnKeys) {
     const int nk = (int)std::min<int64_t>(kAttnKeys, t_hi - kb + 1);
     const int nk4 = (nk + 3) & ~3;
+    // Prefetch kPrefetchBlocks ahead (the first blocks of a tile up front).
+    for (int64_t pb = kb == t_lo ? kb : kb + kPrefetchBlocks * kAttnKeys;
+         pb <= std::min<int64_t>(t_hi, kb + kPrefetchBlocks * kAttnKeys); pb += kAttnKeys) {
+      const int nk_p = (int)std::min<int64_t>(kAttnKeys, t_hi - pb + 1);
+      prefetch_block(a, a.k, pb, nk_p, g, d);
+      prefetch_block(a, a.v, pb, nk_p, g, d);
+    }
     load_block(a, a.k, kb, nk, g, d, kv);
     if (nk < nk4) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk4 - nk) * d * 4);
     for (int r = 0; r < nr; ++r) active[r] = rows[r].lo < kb + nk && rows[r].hi >= kb;
@@ -225,8 +281,17 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
       m[r] = m_new;
     }
     load_block(a, a.v, kb, nk, g, d, kv);
-    for (int r = 0; r < nr; ++r) {
-      if (active[r]) pv_row<D>(acc + (int64_t)r * d, corr[r], s + r * kAttnKeys, kv, nk, d);
+    for (int r = 0; r < nr;) {
+      if (!active[r]) {
+        ++r;
+      } else if (r + 1 < nr && active[r + 1]) {
+        pv_rows2<D>(acc + (int64_t)r * d, acc + (int64_t)(r + 1) * d, corr[r], corr[r + 1],
+                    s + r * kAttnKeys, s + (r + 1) * kAttnKeys, kv, nk, d);
+        r += 2;
+      } else {
+        pv_row<D>(acc + (int64_t)r * d, corr[r], s + r * kAttnKeys, kv, nk, d);
+        r += 1;
+      }
     }
   }
   for (int r = 0; r < nr; ++r) {
