@@ -25,17 +25,34 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
+    next_.store(0, std::memory_order_release);  // no job: late claims fail
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
-void ThreadPool::work(int thread) {
+// Claims and runs tasks of `gen` until none are left (or the job is a newer one).
+void ThreadPool::work(int thread, uint32_t gen) {
+  const uint64_t tag = (uint64_t)gen << 32;
   for (;;) {
-    const int64_t task = next_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
+    uint64_t v = next_.load(std::memory_order_acquire);
+    int64_t task;
+    do {
+      if ((v & ~0xffffffffull) != tag) return;  // a newer job: ours is finished
+      task = (int64_t)(v & 0xffffffffull);
+      if (task >= n_tasks_.load(std::memory_order_relaxed)) return;
+    } while (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
+                                          std::memory_order_acquire));
     call_(ctx_, task, thread);
+    // seq_cst here and on the caller's side: a store-load handshake (either
+    // the caller sees the count or this thread sees the caller asleep).
+    if (done_tasks_.fetch_add(1, std::memory_order_seq_cst) + 1 ==
+            n_tasks_.load(std::memory_order_relaxed) &&
+        caller_sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.notify_one();
+    }
   }
 }
 
@@ -45,26 +62,29 @@ void ThreadPool::run(int64_t n_tasks, Trampoline call, void* ctx) {
     for (int64_t t = 0; t < n_tasks; ++t) call(ctx, t, 0);
     return;
   }
+  // Every task of the previous job is done, so no worker reads these now.
   call_ = call;
   ctx_ = ctx;
-  n_tasks_ = n_tasks;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  n_tasks_.store(n_tasks, std::memory_order_relaxed);
+  done_tasks_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  next_.store((uint64_t)gen << 32, std::memory_order_release);
   {
-    // The release makes the job fields above visible to workers that see
-    // the new generation; the lock pairs with sleepers checking it.
+    // The release publishes the job; the lock pairs with sleepers checking it.
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_relaxed) > 0) wake_.notify_all();
-  work(0);
-  // Barrier: wait for the workers to finish their last task.
-  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+  work(0, gen);
+  // Barrier: wait for tasks other threads claimed and are still running.
+  for (int i = 0; done_tasks_.load(std::memory_order_acquire) != n_tasks; ++i) {
     if (i < kSpin) {
       LILIMS_PAUSE();
     } else {
       std::unique_lock<std::mutex> lock(mu_);
-      done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+      caller_sleeping_.store(1, std::memory_order_seq_cst);
+      done_.wait(lock, [&] { return done_tasks_.load(std::memory_order_seq_cst) == n_tasks; });
+      caller_sleeping_.store(0, std::memory_order_relaxed);
     }
   }
 }
@@ -86,12 +106,7 @@ void ThreadPool::worker(int thread) {
     }
     seen = g;
     if (stop_.load()) return;
-    work(thread);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Last worker out: wake the caller in case it went to sleep.
-      std::lock_guard<std::mutex> lock(mu_);
-      done_.notify_one();
-    }
+    work(thread, g);
   }
 }
 

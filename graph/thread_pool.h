@@ -1,7 +1,10 @@
 // A persistent pool of n threads (the caller is thread 0, n - 1 workers)
 // for the executor and the kernels.  parallel_for hands out tasks through
-// an atomic counter and returns when all are done (that return is the
-// barrier).  Workers spin a short while on a generation counter before
+// an atomic counter and returns when every task is done (that return is the
+// barrier).  The barrier counts finished tasks, not threads: a worker that
+// the OS has not scheduled yet (a busy phone, a shared machine) holds up
+// nothing, since the caller takes all the tasks it did not claim; a late
+// worker finds its job gone and goes back to waiting.  Workers spin a short while on a generation counter before
 // sleeping on a condition variable, so back-to-back calls of a token step
 // (tens of microseconds apart) do not pay a futex wake-up each, and an idle
 // pool does not burn a core.  No allocation per call: the callable is passed
@@ -47,17 +50,20 @@ class ThreadPool {
   using Trampoline = void (*)(void* ctx, int64_t task, int thread);
   void run(int64_t n_tasks, Trampoline call, void* ctx);
   void worker(int thread);
-  void work(int thread);
+  void work(int thread, uint32_t generation);
 
   int n_threads_;
   std::vector<std::thread> threads_;
   // The job of the current generation.
   Trampoline call_ = nullptr;
   void* ctx_ = nullptr;
-  int64_t n_tasks_ = 0;
-  alignas(64) std::atomic<int64_t> next_{0};     // next task to hand out
-  alignas(64) std::atomic<int> pending_{0};      // workers still in this generation
+  std::atomic<int64_t> n_tasks_{0};
+  // (generation << 32) | next task to hand out: a claim is only valid for
+  // the generation it was made in.
+  alignas(64) std::atomic<uint64_t> next_{0};
+  alignas(64) std::atomic<int64_t> done_tasks_{0};  // finished tasks of this generation
   alignas(64) std::atomic<uint32_t> generation_{0};
+  std::atomic<int> caller_sleeping_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable wake_;
