@@ -55,7 +55,11 @@ def main():
     out = {
         "note": "Reference figure for the peer benchmark, NOT a test golden. Measured "
                 "once on a shared 2-core machine (other engineers' builds may have been "
-                "running), so treat the numbers as indicative only.",
+                "running; see loadavg_*: a load above 2 means the 2 cores were already "
+                "busy), so treat the numbers as indicative only. Under such load the "
+                "2-thread figures suffer most (llama.cpp's OpenMP threads wait on each "
+                "other when one of them loses its core); rerun on an idle machine before "
+                "drawing conclusions.",
         "date_utc": datetime.datetime.now(datetime.timezone.utc)
         .replace(microsecond=0).isoformat(),
         "command": " ".join(cmd),
