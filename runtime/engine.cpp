@@ -177,10 +177,12 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
   auto t_first = std::chrono::steady_clock::now();
   JsonPrefix json;
   const std::vector<std::string>& pieces = model_.pieces();
+  bool closing = false;  // near the token or context limit: only tokens that close the JSON
   const std::function<bool(int32_t)> accept_json = [&](int32_t id) {
     if (id >= (int32_t)pieces.size() || pieces[(size_t)id].empty()) return false;
     JsonPrefix probe = json;
-    return probe.feed(pieces[(size_t)id]);
+    if (!probe.feed(pieces[(size_t)id])) return false;
+    return !closing || probe.min_completion() < json.min_completion();
   };
   for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
     if (cancel_.exchange(false)) {
@@ -189,6 +191,11 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
     }
     int32_t next;
     if (opt.json) {
+      // Tokens left before a limit; each closing token lowers min_completion
+      // by at least one, so switching with one spare token always closes.
+      int64_t left = (int64_t)ctx_->n_ctx() - (int64_t)tokens_.size() + 1;
+      if (opt.max_tokens > 0) left = std::min<int64_t>(left, opt.max_tokens - i);
+      closing = left <= json.min_completion() + 1;
       next = sampler.sample(logits_.data(), n_vocab, tokens_, nullptr, &accept_json);
       if (next < 0) {
         throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the JSON output");
@@ -197,7 +204,7 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
       next = sampler.sample(logits_.data(), n_vocab, tokens_);
     }
     if (i == 0) t_first = std::chrono::steady_clock::now();
-    if (tk.is_eog(next)) {
+    if (tk.is_eog(next) || (next == tk.bos() && tk.bos() != -1)) {  // BOS: a new document
       r.stop = StopReason::end_of_generation;
       break;
     }

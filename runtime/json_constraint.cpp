@@ -9,6 +9,35 @@ bool JsonPrefix::feed(std::string_view bytes) {
   return true;
 }
 
+int JsonPrefix::min_completion() const {
+  const int closers = depth_;
+  const int key_rest = 2;  // ':' and a one-byte value ("0") after a key's closing quote
+  switch (state_) {
+    case St::done: return 0;
+    case St::value: return depth_ == 0 ? (root_object_ ? 2 : 1) : 1 + closers;  // "{}" or "0"
+    case St::value_or_end:
+    case St::key_or_end:
+    case St::after_value: return closers;
+    case St::key: return 4 + closers;    // "":0
+    case St::colon: return 2 + closers;  // :0
+    case St::string: return 1 + (string_is_key_ ? key_rest : 0) + closers;
+    case St::escape: return 2 + (string_is_key_ ? key_rest : 0) + closers;
+    case St::unicode: return hex_left_ + 1 + (string_is_key_ ? key_rest : 0) + closers;
+    case St::utf8: return utf8_left_ + 1 + (string_is_key_ ? key_rest : 0) + closers;
+    case St::number: {
+      const bool needs_digit = num_ == Num::minus || num_ == Num::dot || num_ == Num::exp ||
+                               num_ == Num::exp_sign;
+      return (needs_digit ? 1 : 0) + closers;
+    }
+    case St::literal: {
+      int n = 0;
+      while (literal_[n]) ++n;
+      return n + closers;
+    }
+  }
+  return closers;
+}
+
 bool JsonPrefix::whitespace(uint8_t c) {
   if (c != ' ' && c != '\n' && c != '\t' && c != '\r') return false;
   return ++ws_run_ <= kMaxWhitespaceRun;

@@ -21,6 +21,11 @@ class JsonPrefix {
   bool feed_byte(uint8_t c);
   // The top-level value is complete (only whitespace may follow).
   bool complete() const { return state_ == St::done; }
+  // The fewest bytes that complete the value from here (closing open
+  // strings, finishing a number or literal, a placeholder value or key where
+  // one is required, then one closer per open container).  Generation near
+  // its token limit only accepts tokens that lower it, so the output closes.
+  int min_completion() const;
 
   static constexpr int kMaxDepth = 32;        // deeper nesting is refused
   static constexpr int kMaxWhitespaceRun = 2;  // keeps a model from padding forever

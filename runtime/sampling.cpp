@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <unordered_set>
+
+#include "base/error.h"
 
 namespace lilims::runtime {
 
@@ -15,7 +18,18 @@ int32_t argmax(const float* logits, int32_t n) {
   return best;
 }
 
-Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+  auto bad = [](const std::string& what) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[sampling] " + what);
+  };
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) bad("temperature must be >= 0");
+  if (p.top_k < 0) bad("top_k must be >= 0 (0 = off)");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1] (1 = off)");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1] (0 = off)");
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) {
+    bad("repeat_penalty must be > 0 (1 = off)");
+  }
+}
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab, const std::vector<int32_t>& recent,
                         const uint8_t* allowed, const std::function<bool(int32_t)>* accept) {

@@ -54,8 +54,7 @@ int chat_main(int argc, char** argv) {
       }
     }
   } catch (const std::invalid_argument& e) {
-    cli::fail("chat", e.what());
-    usage();
+    cli::fail("chat", std::string(e.what()) + " (see lilims chat --help)");
     return 2;
   }
   try {

@@ -22,7 +22,7 @@ void usage() {
                "  -m, --model PATH       GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
                "  -p, --prompt TEXT      the prompt (a user turn in the model's chat template)\n"
                "  -f, --file PATH        read the prompt from a file\n"
-               "  -n, --n-predict N      tokens to generate (default 128; -1 until end)\n"
+               "  -n, --n-predict N      tokens to generate (default 128; -1: until the end or a full context)\n"
                "  --system TEXT          system turn of the chat template\n"
                "  --raw                  use the prompt as it is, without the chat template\n"
                "  --json                 the output is one strictly valid JSON object\n"
@@ -78,8 +78,7 @@ int run_main(int argc, char** argv) {
     }
     if (!have_prompt) throw std::invalid_argument("a prompt is needed (-p TEXT or -f FILE)");
   } catch (const std::invalid_argument& e) {
-    cli::fail("run", e.what());
-    usage();
+    cli::fail("run", std::string(e.what()) + " (see lilims run --help)");
     return 2;
   }
 
@@ -102,8 +101,14 @@ int run_main(int argc, char** argv) {
       std::fflush(stdout);
       return false;
     };
+    if (gen.max_tokens == 0) return 0;  // nothing asked for
+    if (gen.max_tokens < 0) gen.max_tokens = 0;  // the runtime's "no limit"
     const runtime::GenerateResult r = session.generate(text, gen);
     std::fputc('\n', stdout);
+    if (r.stop == runtime::StopReason::context_full) {
+      std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge)\n",
+                   session.n_ctx());
+    }
     if (!quiet) tools::print_stats(stderr, r, session);
     return 0;
   } catch (const Error& e) {

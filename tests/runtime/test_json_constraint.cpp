@@ -75,6 +75,40 @@ TEST(JsonPrefix, RandomTextsAgreeWithAParser) {
   EXPECT_GT(completes, 100);
 }
 
+// From any prefix, min_completion() bytes chosen to lower it close the
+// document, and the result parses: what generation relies on near its limit.
+TEST(JsonPrefix, MinCompletionClosesEveryPrefix) {
+  const std::vector<std::string> docs = {
+      R"({"action":"open_app","app":"camera","args":{"flash":true,"zoom":-1.5e+2,"tags":["a\u00e9",null]}})",
+      R"({"k":[[1,2],{"x":"y"}],"z":0})",
+  };
+  std::string closers;  // every byte, as a vocabulary with byte tokens offers
+  for (int c = 1; c < 256; ++c) closers += (char)c;
+  for (const std::string& d : docs) {
+    for (size_t cut = 1; cut < d.size(); ++cut) {
+      JsonPrefix p;
+      ASSERT_TRUE(p.feed(d.substr(0, cut)));
+      std::string text = d.substr(0, cut);
+      const int need = p.min_completion();
+      for (int step = 0; step < need; ++step) {
+        bool moved = false;
+        for (char c : closers) {
+          JsonPrefix probe = p;
+          if (probe.feed_byte((uint8_t)c) && probe.min_completion() < p.min_completion()) {
+            p = probe;
+            text += c;
+            moved = true;
+            break;
+          }
+        }
+        ASSERT_TRUE(moved) << "stuck after " << text;
+      }
+      ASSERT_TRUE(p.complete()) << text;
+      ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+    }
+  }
+}
+
 TEST(JsonPrefix, WhitespaceRunsAreBounded) {
   JsonPrefix p;
   EXPECT_TRUE(p.feed("{  "));
