@@ -31,6 +31,9 @@ TEST(IsaAgreement, SmolLM2TopTokenAtEveryPositionTeacherForced) {
   size_t positions = 0, agree = 0, near_ties = 0;
   double sum = 0.0;
   for (const auto& p : goldens["prompts"]) {
+    // three of the five prompts keep the scalar path's run time reasonable
+    const std::string name = p["name"].get<std::string>();
+    if (name != "chat" && name != "english" && name != "short") continue;
     // the prompt followed by llama.cpp's greedy continuation: a fixed text
     std::vector<int32_t> ids = p["token_ids"].get<std::vector<int32_t>>();
     const auto cont = p["greedy"]["ids"].get<std::vector<int32_t>>();
