@@ -8,12 +8,13 @@ cd "$(dirname "$0")/.."
 scripts/setup_deps.sh
 scripts/build.sh build -DLILIMS_BUILD_TESTS=OFF -DLILIMS_BUILD_BENCH=OFF >/dev/null
 model=$(scripts/fetch_model.sh)
-prompt=${1:-"What is the capital of France? Answer in one sentence."}
+prompt=${1:-"Give me three tips for staying focused while studying."}
 
 echo "== text: $prompt"
-build/lilims run -m "$model" -p "$prompt" -n 96 --temp 0
+build/lilims run -m "$model" -p "$prompt" -n 160 --temp 0
 
-json_prompt='Turn the request into a JSON function call with the keys "action" and "app". Request: open the camera'
+system='Convert the request into a JSON function call with the keys "action" and "app".'
+request='I want to take a photo, open the camera'
 echo
-echo "== JSON: $json_prompt"
-build/lilims run -m "$model" -p "$json_prompt" -n 64 --temp 0 --json
+echo "== JSON (output constrained to one valid JSON object): $request"
+build/lilims run -m "$model" --system "$system" -p "$request" -n 64 --temp 0 --json
