@@ -167,10 +167,29 @@ void LlamaContext::block(const int32_t* tokens, int32_t m, int32_t pos0, float* 
     const size_t layer_off = (size_t)l * cfg_.n_ctx * kv_row_bytes_;
     args.k = k_cache_.data() + layer_off;
     args.v = v_cache_.data() + layer_off;
-    pool_.parallel_for(hp.n_head, [&](int64_t h, int thread) {
-      ops.attention(args, (int)h, (int)h + 1,
-                    &attn_scratch_[(size_t)thread * attn_scratch_per_thread_]);
-    });
+    // Tasks = (part of a kv group) x (block of query tokens): a task's heads
+    // share one kv head, so the kernel reads and converts each K/V row once
+    // for all of them.  Groups are split in two only when whole groups would
+    // leave threads idle (e.g. 3 kv groups on 2 threads); later query blocks
+    // see more keys, so they are handed out first.
+    {
+      const int n_thr = pool_.size(), n_kv = hp.n_head_kv, group = hp.n_head / n_kv;
+      const int parts = (n_thr > 1 && n_kv % n_thr != 0 && n_kv < 2 * n_thr && group > 1) ? 2 : 1;
+      const int32_t qb = m <= 32 ? m : 32;
+      const int64_t n_qb = (m + qb - 1) / qb, n_units = (int64_t)n_kv * parts;
+      pool_.parallel_for(n_units * n_qb, [&](int64_t task, int thread) {
+        const int64_t b = n_qb - 1 - task / n_units, u = task % n_units;
+        const int g = (int)(u / parts), part = (int)(u % parts);
+        const int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
+        kernels::AttentionArgs la = args;
+        const int32_t t0 = (int32_t)b * qb;
+        la.n_q = std::min(qb, m - t0);
+        la.pos0 = pos0 + t0;
+        la.q = args.q + (int64_t)t0 * args.q_stride;
+        la.out = args.out + (int64_t)t0 * args.out_stride;
+        ops.attention(la, h0, h1, &attn_scratch_[(size_t)thread * attn_scratch_per_thread_]);
+      });
+    }
     matmul(L.wo, att_.data(), m, xb_.data());
     ops.add(x_.data(), xb_.data(), x_.data(), (int64_t)m * d);
 
