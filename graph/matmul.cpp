@@ -3,24 +3,28 @@
 #include <algorithm>
 
 #include "kernels/ref/matmul_ref.h"
+#include "quant/quant.h"
 
 namespace lilims::graph {
 namespace {
 
 using kernels::PackedWeight;
 
-// Row chunks are multiples of 4 (one interleaved group).  Decode: about 4
-// chunks per thread so a slow thread (a noisy neighbour) is absorbed by the
-// others.  Prefill: 32-row chunks x 64-token chunks, so a task's weights
-// (32 x K) and activations (64 x K) stay in L2 while it runs.
+// Row chunks are multiples of 4 (one interleaved group).  Decode: at least
+// 4 chunks per thread and at most ~128 KiB of weights per chunk, so a thread
+// the OS deschedules (a noisy neighbour) holds up at most one small chunk
+// while the others take the rest.  Prefill: 32-row chunks x 64-token
+// chunks, so a task's weights (32 x K) and activations (64 x K) stay in L2
+// while it runs.
 struct Split {
   int64_t row_chunk, tok_chunk, n_row_chunks, n_tok_chunks;
 };
 
-Split split(int64_t rows, int64_t n, int threads) {
+Split split(int64_t rows, size_t row_bytes, int64_t n, int threads) {
   Split s;
   if (n <= 4) {
     s.row_chunk = (rows + 4 * threads - 1) / (4 * threads);
+    s.row_chunk = std::min<int64_t>(s.row_chunk, (int64_t)((128u << 10) / std::max<size_t>(1, row_bytes)));
     s.row_chunk = std::max<int64_t>(16, (s.row_chunk + 3) / 4 * 4);
     s.tok_chunk = n;
   } else {
@@ -59,7 +63,7 @@ void matmul_isa(kernels::Isa isa, const PackedWeight& W, const float* X, int64_t
     act = X;
     act_stride = (size_t)ldx * sizeof(float);
   }
-  const Split s = split(W.rows, n, pool.size());
+  const Split s = split(W.rows, quant::row_bytes(W.type, W.cols), n, pool.size());
   const auto* ab = static_cast<const uint8_t*>(act);
   pool.parallel_for(s.n_row_chunks * s.n_tok_chunks, [&](int64_t task, int) {
     const int64_t rc = task / s.n_tok_chunks, tc = task % s.n_tok_chunks;
