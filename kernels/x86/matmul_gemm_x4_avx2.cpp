@@ -11,8 +11,8 @@
 //     off each of the row's two lanes), the sums computed once per call.
 //   Q8_0: maddubs(|w|, sign(a, w)) (signed x signed through the unsigned x
 //     signed instruction).
-// Then one FMA per block and token applies dw * da (Q4_1 one more:
-// mw * sa / 2 per lane).  da (and sa / 2, and the Q4_0 correction) are
+// Then one FMA per block and token applies dw * da (Q4_1 one more,
+// mw * sa / 2 per lane, into an accumulator of its own).  da (and sa / 2, and the Q4_0 correction) are
 // decoded once per call into a small table (ActInfo), not once per row.
 // No int16 saturation: Q8_0 |w| <= 128, |a| <= 127: 2*128*127 = 32512 per
 // maddubs, each madd'ed on its own; Q4 sums of 4 maddubs: 4*2*15*127 = 15240.
@@ -161,33 +161,59 @@ void act_info(const uint8_t* x, size_t x_stride, int64_t n, int64_t nb, ActInfo*
   }
 }
 
-// y[t * ldy + row0 + 4g + r] for the rows of G groups that are valid
-// (rows < r1), from lanes (r0, r0, r1, r1, ...).
-template <int G, int T>
-inline void store(const __m256 acc[G][T], float* y, int64_t ldy, int64_t row0, int64_t r1) {
-  for (int g = 0; g < G; ++g) {
-    const int64_t rg = row0 + 4 * g;
-    const int valid = (int)(r1 - rg < 4 ? r1 - rg : 4);
-    for (int t = 0; t < T; ++t) {
-      // (a0+a1, a2+a3, ., . | a4+a5, a6+a7, ., .) -> rows 0..3
-      const __m256 h = _mm256_hadd_ps(acc[g][t], acc[g][t]);
-      const __m128 rows = _mm_movelh_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-      float* out = y + t * ldy + rg;
-      if (valid == 4) {
-        _mm_storeu_ps(out, rows);
-      } else {
-        alignas(16) float tmp[4];
-        _mm_store_ps(tmp, rows);
-        for (int r = 0; r < valid; ++r) out[r] = tmp[r];
-      }
+// y[t * ldy + row0 + r] for the rows < r1 of one group, from lanes
+// (r0, r0, r1, r1, ...).
+template <int T>
+inline void store(const __m256 acc[T], float* y, int64_t ldy, int64_t row0, int64_t r1) {
+  const int valid = (int)(r1 - row0 < 4 ? r1 - row0 : 4);
+  for (int t = 0; t < T; ++t) {
+    // (a0+a1, a2+a3, ., . | a4+a5, a6+a7, ., .) -> rows 0..3
+    const __m256 h = _mm256_hadd_ps(acc[t], acc[t]);
+    const __m128 rows = _mm_movelh_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    float* out = y + t * ldy + row0;
+    if (valid == 4) {
+      _mm_storeu_ps(out, rows);
+    } else {
+      alignas(16) float tmp[4];
+      _mm_store_ps(tmp, rows);
+      for (int r = 0; r < valid; ++r) out[r] = tmp[r];
     }
   }
 }
 
-// G groups (consecutive, starting at group block pointer g0; group stride
-// nb blocks) x T tokens.  info: ActInfo of the T tokens (token stride nb).
-template <Type WT, int G, int T>
-void tile(const typename X4<WT>::Blk* g0, int64_t nb, const uint8_t* x, size_t x_stride,
+// Block b of one group (blk) times T tokens, accumulated into acc[T] (and
+// the Q4_1 min term into accm[T]).
+template <Type WT, int T>
+inline void block_x_tokens(const typename X4<WT>::Blk* blk, int64_t b, int64_t nb,
+                           const uint8_t* x, size_t x_stride, const ActInfo* info, __m256 acc[T],
+                           __m256 accm[T]) {
+  using P = X4<WT>;
+  __m256i w[4], u[4];
+  unpack<WT>(blk, w);
+  if constexpr (!P::kQ4) {
+    for (int c = 0; c < 4; ++c) u[c] = _mm256_sign_epi8(w[c], w[c]);
+  }
+  const __m256 dw = scales_x2(blk->d);
+  __m256 mw;
+  if constexpr (P::kHasMin) mw = scales_x2(blk->m);
+  for (int t = 0; t < T; ++t) {
+    const int8_t* aq = reinterpret_cast<const int8_t*>(x + t * x_stride + b * P::kActBlock + P::kActQ);
+    const ActInfo& ai = info[t * nb + b];
+    __m256i a[4];
+    for (int c = 0; c < 4; ++c) a[c] = bcast8(aq + 8 * c);
+    __m256i isum = block_dot<WT>(w, u, a);
+    if constexpr (P::kCorr) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(ai.corr));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_broadcast_ss(&ai.d)), acc[t]);
+    if constexpr (P::kHasMin) accm[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&ai.s_half), accm[t]);
+  }
+}
+
+// One group (4 rows from row0; rows >= r1 computed, not stored) x T tokens.
+// info: ActInfo of the T tokens (token stride nb).  (Splitting T = 1 into
+// even/odd block accumulators measured no faster: the loop is bound by
+// vector-op throughput, not by the FMA chain.)
+template <Type WT, int T>
+void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, size_t x_stride,
           const ActInfo* info, float* y, int64_t ldy, int64_t row0, int64_t r1) {
   using P = X4<WT>;
   // Decode streams one group at a time (two interleaved group streams
@@ -195,39 +221,16 @@ void tile(const typename X4<WT>::Blk* g0, int64_t nb, const uint8_t* x, size_t x
   // more misses in flight than the hardware prefetcher alone (measured
   // better than 0 and 4 KiB).
   constexpr int kPrefetch = (int)(8192 / sizeof(typename P::Blk));
-  __m256 acc[G][T];
-  for (int g = 0; g < G; ++g)
-    for (int t = 0; t < T; ++t) acc[g][t] = _mm256_setzero_ps();
+  __m256 acc[T], accm[T];
+  for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i w[G][4], u[G][4];
-    __m256 dw[G], mw[G];
-    for (int g = 0; g < G; ++g) {
-      const typename P::Blk* blk = g0 + g * nb + b;
-      if (T < 4) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch), _MM_HINT_T0);
-      unpack<WT>(blk, w[g]);
-      if constexpr (!P::kQ4) {
-        for (int c = 0; c < 4; ++c) u[g][c] = _mm256_sign_epi8(w[g][c], w[g][c]);
-      }
-      dw[g] = scales_x2(blk->d);
-      if constexpr (P::kHasMin) mw[g] = scales_x2(blk->m);
-    }
-    for (int t = 0; t < T; ++t) {
-      const int8_t* aq = reinterpret_cast<const int8_t*>(x + t * x_stride + b * P::kActBlock + P::kActQ);
-      const ActInfo& ai = info[t * nb + b];
-      __m256i a[4];
-      for (int c = 0; c < 4; ++c) a[c] = bcast8(aq + 8 * c);
-      const __m256 da = _mm256_broadcast_ss(&ai.d);
-      for (int g = 0; g < G; ++g) {
-        __m256i isum = block_dot<WT>(w[g], u[g], a);
-        if constexpr (P::kCorr) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(ai.corr));
-        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw[g], da), acc[g][t]);
-        if constexpr (P::kHasMin) {
-          acc[g][t] = _mm256_fmadd_ps(mw[g], _mm256_broadcast_ss(&ai.s_half), acc[g][t]);
-        }
-      }
-    }
+    if (T < 4) _mm_prefetch(reinterpret_cast<const char*>(g + b + kPrefetch), _MM_HINT_T0);
+    block_x_tokens<WT, T>(g + b, b, nb, x, x_stride, info, acc, accm);
   }
-  store<G, T>(acc, y, ldy, row0, r1);
+  if constexpr (P::kHasMin) {
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], accm[t]);
+  }
+  store<T>(acc, y, ldy, row0, r1);
 }
 
 // Rows [r0, r1) x T tokens, one group after the other.
@@ -235,7 +238,7 @@ template <Type WT, int T>
 void rows_x_tokens(const typename X4<WT>::Blk* base, int64_t nb, int64_t r0, int64_t r1,
                    const uint8_t* x, size_t x_stride, const ActInfo* info, float* y, int64_t ldy) {
   for (int64_t row0 = r0; row0 < r1; row0 += 4) {
-    tile<WT, 1, T>(base + (row0 / 4) * nb, nb, x, x_stride, info, y, ldy, row0, r1);
+    tile<WT, T>(base + (row0 / 4) * nb, nb, x, x_stride, info, y, ldy, row0, r1);
   }
 }
 
@@ -275,15 +278,15 @@ void gemm_x4(const PackedWeight& W, int64_t r0, int64_t r1, const void* x, size_
       const Blk* g = base + (row0 / 4) * nb;
       int64_t j = 0;
       for (; j + 4 <= m; j += 4) {
-        tile<WT, 1, 4>(g, nb, xc + j * x_stride, x_stride, info + j * nb, yc + j * ldy, ldy, row0, r1);
+        tile<WT, 4>(g, nb, xc + j * x_stride, x_stride, info + j * nb, yc + j * ldy, ldy, row0, r1);
       }
       const uint8_t* xt = xc + j * x_stride;
       const ActInfo* it = info + j * nb;
       float* yt = yc + j * ldy;
       switch (m - j) {
-        case 3: tile<WT, 1, 3>(g, nb, xt, x_stride, it, yt, ldy, row0, r1); break;
-        case 2: tile<WT, 1, 2>(g, nb, xt, x_stride, it, yt, ldy, row0, r1); break;
-        case 1: tile<WT, 1, 1>(g, nb, xt, x_stride, it, yt, ldy, row0, r1); break;
+        case 3: tile<WT, 3>(g, nb, xt, x_stride, it, yt, ldy, row0, r1); break;
+        case 2: tile<WT, 2>(g, nb, xt, x_stride, it, yt, ldy, row0, r1); break;
+        case 1: tile<WT, 1>(g, nb, xt, x_stride, it, yt, ldy, row0, r1); break;
         default: break;
       }
     }
