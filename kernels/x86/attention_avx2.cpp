@@ -29,6 +29,7 @@ namespace {
 using detail::kAttnKeys;
 using detail::kAttnRows;
 constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
+constexpr int kDecodeMinHeads = 6;  // decode_group from this many heads of a group
 
 // Cache rows [p0, p0 + nk) of kv head g to f32 rows of d floats in dst.
 void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
@@ -133,37 +134,37 @@ void scores_2(const float* q0, const float* q1, const float* kb, int nk4, int d_
 }
 
 // acc[0, NV*8) = acc * corr + sum_{j < nk} p[j] * V[j][0, NV*8)  (V rows d apart)
-template <int NV>
+template <int NV, int PS = 1>
 inline void pv_chunk(float* acc, __m256 corr, const float* p, const float* v, int nk, int d) {
   __m256 r[NV];
   for (int k = 0; k < NV; ++k) r[k] = _mm256_mul_ps(_mm256_load_ps(acc + 8 * k), corr);
   for (int j = 0; j < nk; ++j, v += d) {
-    const __m256 pj = _mm256_broadcast_ss(p + j);
+    const __m256 pj = _mm256_broadcast_ss(p + j * PS);
     for (int k = 0; k < NV; ++k) r[k] = _mm256_fmadd_ps(pj, _mm256_load_ps(v + 8 * k), r[k]);
   }
   for (int k = 0; k < NV; ++k) _mm256_store_ps(acc + 8 * k, r[k]);
 }
 
-template <int D>
+template <int D, int PS = 1>
 void pv_row(float* acc, float corr, const float* p, const float* vb, int nk, int d_rt) {
   const int d = D ? D : d_rt;
   const __m256 vc = _mm256_set1_ps(corr);
   int c = 0;
-  for (; c + 64 <= d; c += 64) pv_chunk<8>(acc + c, vc, p, vb + c, nk, d);
+  for (; c + 64 <= d; c += 64) pv_chunk<8, PS>(acc + c, vc, p, vb + c, nk, d);
   switch ((d - c) / 8) {
-    case 1: pv_chunk<1>(acc + c, vc, p, vb + c, nk, d); break;
-    case 2: pv_chunk<2>(acc + c, vc, p, vb + c, nk, d); break;
-    case 3: pv_chunk<3>(acc + c, vc, p, vb + c, nk, d); break;
-    case 4: pv_chunk<4>(acc + c, vc, p, vb + c, nk, d); break;
-    case 5: pv_chunk<5>(acc + c, vc, p, vb + c, nk, d); break;
-    case 6: pv_chunk<6>(acc + c, vc, p, vb + c, nk, d); break;
-    case 7: pv_chunk<7>(acc + c, vc, p, vb + c, nk, d); break;
+    case 1: pv_chunk<1, PS>(acc + c, vc, p, vb + c, nk, d); break;
+    case 2: pv_chunk<2, PS>(acc + c, vc, p, vb + c, nk, d); break;
+    case 3: pv_chunk<3, PS>(acc + c, vc, p, vb + c, nk, d); break;
+    case 4: pv_chunk<4, PS>(acc + c, vc, p, vb + c, nk, d); break;
+    case 5: pv_chunk<5, PS>(acc + c, vc, p, vb + c, nk, d); break;
+    case 6: pv_chunk<6, PS>(acc + c, vc, p, vb + c, nk, d); break;
+    case 7: pv_chunk<7, PS>(acc + c, vc, p, vb + c, nk, d); break;
     default: break;
   }
 }
 
 // Two rows at once, sharing the V loads: accA/accB[0, NV*8) likewise.
-template <int NV>
+template <int NV, int PS = 1>
 inline void pv_chunk2(float* acc_a, float* acc_b, __m256 corr_a, __m256 corr_b,
                       const float* pa, const float* pb, const float* v, int nk, int d) {
   __m256 ra[NV], rb[NV];
@@ -172,7 +173,7 @@ inline void pv_chunk2(float* acc_a, float* acc_b, __m256 corr_a, __m256 corr_b,
     rb[k] = _mm256_mul_ps(_mm256_load_ps(acc_b + 8 * k), corr_b);
   }
   for (int j = 0; j < nk; ++j, v += d) {
-    const __m256 pja = _mm256_broadcast_ss(pa + j), pjb = _mm256_broadcast_ss(pb + j);
+    const __m256 pja = _mm256_broadcast_ss(pa + j * PS), pjb = _mm256_broadcast_ss(pb + j * PS);
     for (int k = 0; k < NV; ++k) {
       const __m256 vv = _mm256_load_ps(v + 8 * k);
       ra[k] = _mm256_fmadd_ps(pja, vv, ra[k]);
@@ -185,18 +186,18 @@ inline void pv_chunk2(float* acc_a, float* acc_b, __m256 corr_a, __m256 corr_b,
   }
 }
 
-template <int D>
+template <int D, int PS = 1>
 void pv_rows2(float* acc_a, float* acc_b, float corr_a, float corr_b, const float* pa,
               const float* pb, const float* vb, int nk, int d_rt) {
   const int d = D ? D : d_rt;
   const __m256 ca = _mm256_set1_ps(corr_a), cb = _mm256_set1_ps(corr_b);
   int c = 0;
-  for (; c + 32 <= d; c += 32) pv_chunk2<4>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
+  for (; c + 32 <= d; c += 32) pv_chunk2<4, PS>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
   if (c + 16 <= d) {
-    pv_chunk2<2>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
+    pv_chunk2<2, PS>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
     c += 16;
   }
-  if (c + 8 <= d) pv_chunk2<1>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
+  if (c + 8 <= d) pv_chunk2<1, PS>(acc_a + c, acc_b + c, ca, cb, pa, pb, vb + c, nk, d);
 }
 
 struct Row {
@@ -303,6 +304,92 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
   }
 }
 
+// Decode (one query row) of nh heads (kDecodeMinHeads <= nh <= 8) of kv group g:
+// the heads are the 8 lanes of one vector.  Q is transposed once into qt
+// (d, 8) (lanes >= nh zero), so the scores of a key for every head are
+// sum_c qt[c] * K[j][c] with K[j][c] broadcast: 8-key tiles of 8
+// independent FMA chains, no horizontal sums.  The online softmax (max,
+// exp, sums, rescale factors) runs on those head vectors, once per key for
+// all heads; PV then takes the heads in pairs (V loads shared) with the
+// weights read at stride 8.
+template <int D>
+void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* kv,
+                  float* acc, float* qt, float* s) {
+  const int d = D ? D : a.head_dim;
+  alignas(32) float l_arr[8], corr_arr[8];
+  for (int c = 0; c < d; ++c) {
+    for (int h = 0; h < 8; ++h) qt[c * 8 + h] = h < nh ? row.q[(int64_t)h * d + c] : 0.0f;
+  }
+  std::memset(acc, 0, (size_t)nh * d * 4);
+  __m256 m = _mm256_set1_ps(-INFINITY), l = _mm256_setzero_ps();
+  const __m256 vscale = _mm256_set1_ps(a.scale);
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  const int64_t pf_ahead = (int64_t)kPrefetchBlocks * kAttnKeys;
+  for (int64_t kb = row.lo; kb <= row.hi; kb += kAttnKeys) {
+    const int nk = (int)std::min<int64_t>(kAttnKeys, row.hi - kb + 1);
+    const int nk8 = (nk + 7) & ~7;
+    for (int64_t pb = kb == row.lo ? kb : kb + pf_ahead;
+         pb <= std::min<int64_t>(row.hi, kb + pf_ahead); pb += kAttnKeys) {
+      const int nk_p = (int)std::min<int64_t>(kAttnKeys, row.hi - pb + 1);
+      prefetch_block(a, a.k, pb, nk_p, g, d);
+      prefetch_block(a, a.v, pb, nk_p, g, d);
+    }
+    load_block(a, a.k, kb, nk, g, d, kv);
+    if (nk < nk8) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk8 - nk) * d * 4);
+    __m256 mx = ninf;
+    for (int j = 0; j < nk8; j += 8) {
+      const float* k0 = kv + (int64_t)j * d;
+      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps();
+      __m256 s3 = _mm256_setzero_ps(), s4 = _mm256_setzero_ps(), s5 = _mm256_setzero_ps();
+      __m256 s6 = _mm256_setzero_ps(), s7 = _mm256_setzero_ps();
+      for (int c = 0; c < d; ++c) {
+        const __m256 qv = _mm256_load_ps(qt + c * 8);
+        s0 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + c), s0);
+        s1 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + d + c), s1);
+        s2 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + 2 * d + c), s2);
+        s3 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + 3 * d + c), s3);
+        s4 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + 4 * d + c), s4);
+        s5 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + 5 * d + c), s5);
+        s6 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + 6 * d + c), s6);
+        s7 = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(k0 + 7 * d + c), s7);
+      }
+      float* sj = s + j * 8;
+      const __m256 sv[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+      for (int t = 0; t < 8; ++t) {
+        const __m256 v = j + t < nk ? _mm256_mul_ps(sv[t], vscale) : ninf;
+        _mm256_store_ps(sj + t * 8, v);
+        mx = _mm256_max_ps(mx, v);
+      }
+    }
+    const __m256 m_new = _mm256_max_ps(m, mx);
+    const __m256 corr = avx2::exp_ps(_mm256_sub_ps(m, m_new));  // 0 on the first block
+    m = m_new;
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < nk; ++j) {
+      const __m256 p = avx2::exp_ps(_mm256_sub_ps(_mm256_load_ps(s + j * 8), m_new));
+      _mm256_store_ps(s + j * 8, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    l = _mm256_fmadd_ps(l, corr, sum);
+    _mm256_store_ps(corr_arr, corr);
+    load_block(a, a.v, kb, nk, g, d, kv);
+    int h = 0;
+    for (; h + 1 < nh; h += 2) {
+      pv_rows2<D, 8>(acc + (int64_t)h * d, acc + (int64_t)(h + 1) * d, corr_arr[h],
+                     corr_arr[h + 1], s + h, s + h + 1, kv, nk, d);
+    }
+    if (h < nh) pv_row<D, 8>(acc + (int64_t)h * d, corr_arr[h], s + h, kv, nk, d);
+  }
+  _mm256_store_ps(l_arr, l);
+  for (int h = 0; h < nh; ++h) {
+    const __m256 vi = _mm256_set1_ps(1.0f / l_arr[h]);
+    float* out = row.out + (int64_t)h * d;
+    for (int c = 0; c < d; c += 8) {
+      _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)h * d + c), vi));
+    }
+  }
+}
+
 template <int D>
 void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
   const int d = D ? D : a.head_dim;
@@ -319,6 +406,33 @@ void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float*
   for (int g = head_begin / group; g * group < head_end; ++g) {
     const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
     const int nh = h1 - h0;
+    // Decode of 6+ heads of a group: heads as vector lanes (decode_group);
+    // smaller groups would leave too many of the 8 lanes idle.
+    if (a.n_q == 1 && nh >= kDecodeMinHeads && a.pos0 >= 0) {
+      Row row;
+      row.q = a.q + (int64_t)h0 * d;
+      row.out = a.out + (int64_t)h0 * d;
+      row.hi = a.pos0;
+      row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+      for (int hb = 0; hb < nh; hb += 8) {  // groups of more than 8 heads: 8 at a time
+        const int n8 = std::min(8, nh - hb);
+        Row r8 = row;
+        r8.q += (int64_t)hb * d;
+        r8.out += (int64_t)hb * d;
+        if (n8 >= kDecodeMinHeads) {
+          decode_group<D>(a, g, n8, r8, kv, acc, acc + (int64_t)8 * d, s);
+        } else {  // the rest of a group of more than 8: rows tiles
+          Row rs[8];
+          for (int h = 0; h < n8; ++h) {
+            rs[h] = r8;
+            rs[h].q += (int64_t)h * d;
+            rs[h].out += (int64_t)h * d;
+          }
+          attention_tile<D>(a, g, rs, n8, kv, acc, s, m, l);
+        }
+      }
+      continue;
+    }
     const int64_t n_rows = (int64_t)a.n_q * nh;  // row r: query r / nh, head h0 + r % nh
     for (int64_t r0 = 0; r0 < n_rows; r0 += kAttnRows) {
       const int nr = (int)std::min<int64_t>(kAttnRows, n_rows - r0);
