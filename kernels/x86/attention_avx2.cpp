@@ -317,8 +317,22 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
                   float* acc, float* qt, float* s) {
   const int d = D ? D : a.head_dim;
   alignas(32) float l_arr[8], corr_arr[8];
-  for (int c = 0; c < d; ++c) {
-    for (int h = 0; h < 8; ++h) qt[c * 8 + h] = h < nh ? row.q[(int64_t)h * d + c] : 0.0f;
+  // F16 K: the scores come straight from the cache rows (F16C conversion
+  // inside the dot products, no f32 pass): qt then holds the 8 q rows
+  // (zero rows past nh) and each key's 8 dot products are reduced at once.
+  const bool k_f16 = a.kv_type == quant::Type::F16;
+  if (k_f16) {
+    for (int h = 0; h < 8; ++h) {
+      if (h < nh) {
+        std::memcpy(qt + (int64_t)h * d, row.q + (int64_t)h * d, (size_t)d * 4);
+      } else {
+        std::memset(qt + (int64_t)h * d, 0, (size_t)d * 4);
+      }
+    }
+  } else {
+    for (int c = 0; c < d; ++c) {
+      for (int h = 0; h < 8; ++h) qt[c * 8 + h] = h < nh ? row.q[(int64_t)h * d + c] : 0.0f;
+    }
   }
   std::memset(acc, 0, (size_t)nh * d * 4);
   __m256 m = _mm256_set1_ps(-INFINITY), l = _mm256_setzero_ps();
@@ -334,10 +348,40 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
       prefetch_block(a, a.k, pb, nk_p, g, d);
       prefetch_block(a, a.v, pb, nk_p, g, d);
     }
-    load_block(a, a.k, kb, nk, g, d, kv);
-    if (nk < nk8) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk8 - nk) * d * 4);
     __m256 mx = ninf;
-    for (int j = 0; j < nk8; j += 8) {
+    if (k_f16) {
+      const uint8_t* krow = static_cast<const uint8_t*>(a.k) + kb * a.kv_stride_bytes +
+                            (int64_t)g * d * 2;
+      for (int j = 0; j < nk; ++j, krow += a.kv_stride_bytes) {
+        const uint16_t* kh = reinterpret_cast<const uint16_t*>(krow);
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
+        __m256 a3 = _mm256_setzero_ps(), a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps();
+        __m256 a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
+        for (int c = 0; c < d; c += 8) {
+          const __m256 kc =
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kh + c)));
+          a0 = _mm256_fmadd_ps(_mm256_load_ps(qt + c), kc, a0);
+          a1 = _mm256_fmadd_ps(_mm256_load_ps(qt + d + c), kc, a1);
+          a2 = _mm256_fmadd_ps(_mm256_load_ps(qt + 2 * d + c), kc, a2);
+          a3 = _mm256_fmadd_ps(_mm256_load_ps(qt + 3 * d + c), kc, a3);
+          a4 = _mm256_fmadd_ps(_mm256_load_ps(qt + 4 * d + c), kc, a4);
+          a5 = _mm256_fmadd_ps(_mm256_load_ps(qt + 5 * d + c), kc, a5);
+          a6 = _mm256_fmadd_ps(_mm256_load_ps(qt + 6 * d + c), kc, a6);
+          a7 = _mm256_fmadd_ps(_mm256_load_ps(qt + 7 * d + c), kc, a7);
+        }
+        // (a0 .. a7) -> one vector of their 8 sums, lane h = head h.
+        const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+        const __m256 sum8 = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                          _mm256_permute2f128_ps(u0, u1, 0x31));
+        const __m256 v = _mm256_mul_ps(sum8, vscale);
+        _mm256_store_ps(s + j * 8, v);
+        mx = _mm256_max_ps(mx, v);
+      }
+    }
+    if (!k_f16) load_block(a, a.k, kb, nk, g, d, kv);
+    if (!k_f16 && nk < nk8) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk8 - nk) * d * 4);
+    for (int j = 0; j < (k_f16 ? 0 : nk8); j += 8) {
       const float* k0 = kv + (int64_t)j * d;
       __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps();
       __m256 s3 = _mm256_setzero_ps(), s4 = _mm256_setzero_ps(), s5 = _mm256_setzero_ps();
