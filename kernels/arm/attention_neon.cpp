@@ -19,6 +19,7 @@ namespace {
 using detail::kAttnKeys;
 using detail::kAttnRows;
 constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
+constexpr int kDecodeMinHeads = 3;  // decode_group from this many heads of a group
 
 void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
                 float* dst) {
@@ -124,35 +125,35 @@ void scores_1(const float* q, const float* kb, int nk4, int d_rt, float* s) {
 }
 
 // acc[0, NV*4) = acc * corr + sum_{j < nk} p[j] V[j][0, NV*4)
-template <int NV>
+template <int NV, int PS = 1>
 inline void pv_chunk(float* acc, float corr, const float* p, const float* v, int nk, int d) {
   float32x4_t r[NV];
   for (int k = 0; k < NV; ++k) r[k] = vmulq_n_f32(vld1q_f32(acc + 4 * k), corr);
   for (int j = 0; j < nk; ++j, v += d) {
-    const float pj = p[j];
+    const float pj = p[j * PS];
     for (int k = 0; k < NV; ++k) r[k] = vfmaq_n_f32(r[k], vld1q_f32(v + 4 * k), pj);
   }
   for (int k = 0; k < NV; ++k) vst1q_f32(acc + 4 * k, r[k]);
 }
 
-template <int D>
+template <int D, int PS = 1>
 void pv_row(float* acc, float corr, const float* p, const float* vb, int nk, int d_rt) {
   const int d = D ? D : d_rt;
   int c = 0;
-  for (; c + 64 <= d; c += 64) pv_chunk<16>(acc + c, corr, p, vb + c, nk, d);
+  for (; c + 64 <= d; c += 64) pv_chunk<16, PS>(acc + c, corr, p, vb + c, nk, d);
   if (c + 32 <= d) {
-    pv_chunk<8>(acc + c, corr, p, vb + c, nk, d);
+    pv_chunk<8, PS>(acc + c, corr, p, vb + c, nk, d);
     c += 32;
   }
   if (c + 16 <= d) {
-    pv_chunk<4>(acc + c, corr, p, vb + c, nk, d);
+    pv_chunk<4, PS>(acc + c, corr, p, vb + c, nk, d);
     c += 16;
   }
   if (c + 8 <= d) {
-    pv_chunk<2>(acc + c, corr, p, vb + c, nk, d);
+    pv_chunk<2, PS>(acc + c, corr, p, vb + c, nk, d);
     c += 8;
   }
-  if (c + 4 <= d) pv_chunk<1>(acc + c, corr, p, vb + c, nk, d);
+  if (c + 4 <= d) pv_chunk<1, PS>(acc + c, corr, p, vb + c, nk, d);
 }
 
 struct Row {
@@ -236,6 +237,96 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
   }
 }
 
+// Decode (one query row) of nh heads (kDecodeMinHeads <= nh <= 8) of kv
+// group g: as the AVX2 decode_group, the heads are vector lanes (NV = 1 or 2
+// vectors of 4), Q transposed into qt (d, 8); scores of 4 keys by lane FMAs
+// (K elements used from registers), softmax on the head vectors, PV per head
+// with the weights read at stride 8.
+template <int D, int NV>
+void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* kv, float* acc,
+                  float* qt, float* s) {
+  const int d = D ? D : a.head_dim;
+  for (int c = 0; c < d; ++c) {
+    for (int h = 0; h < 8; ++h) qt[c * 8 + h] = h < nh ? row.q[(int64_t)h * d + c] : 0.0f;
+  }
+  std::memset(acc, 0, (size_t)nh * d * 4);
+  float32x4_t m[NV], l[NV];
+  for (int v = 0; v < NV; ++v) {
+    m[v] = vdupq_n_f32(-INFINITY);
+    l[v] = vdupq_n_f32(0);
+  }
+  const int64_t pf_ahead = (int64_t)kPrefetchBlocks * kAttnKeys;
+  for (int64_t kb = row.lo; kb <= row.hi; kb += kAttnKeys) {
+    const int nk = (int)std::min<int64_t>(kAttnKeys, row.hi - kb + 1);
+    const int nk4 = (nk + 3) & ~3;
+    for (int64_t pb = kb == row.lo ? kb : kb + pf_ahead;
+         pb <= std::min<int64_t>(row.hi, kb + pf_ahead); pb += kAttnKeys) {
+      const int nk_p = (int)std::min<int64_t>(kAttnKeys, row.hi - pb + 1);
+      prefetch_block(a, a.k, pb, nk_p, g, d);
+      prefetch_block(a, a.v, pb, nk_p, g, d);
+    }
+    load_block(a, a.k, kb, nk, g, d, kv);
+    if (nk < nk4) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nk4 - nk) * d * 4);
+    float32x4_t mx[NV];
+    for (int v = 0; v < NV; ++v) mx[v] = vdupq_n_f32(-INFINITY);
+    for (int j = 0; j < nk4; j += 4) {
+      const float* k0 = kv + (int64_t)j * d;
+      float32x4_t r[4][NV];
+      for (int t = 0; t < 4; ++t) {
+        for (int v = 0; v < NV; ++v) r[t][v] = vdupq_n_f32(0);
+      }
+      for (int c = 0; c < d; c += 4) {
+        float32x4_t kt[4], q4[4][NV];
+        for (int t = 0; t < 4; ++t) kt[t] = vld1q_f32(k0 + (int64_t)t * d + c);
+        for (int i = 0; i < 4; ++i) {
+          for (int v = 0; v < NV; ++v) q4[i][v] = vld1q_f32(qt + (c + i) * 8 + 4 * v);
+        }
+        for (int t = 0; t < 4; ++t) {
+          for (int v = 0; v < NV; ++v) {
+            r[t][v] = vfmaq_laneq_f32(r[t][v], q4[0][v], kt[t], 0);
+            r[t][v] = vfmaq_laneq_f32(r[t][v], q4[1][v], kt[t], 1);
+            r[t][v] = vfmaq_laneq_f32(r[t][v], q4[2][v], kt[t], 2);
+            r[t][v] = vfmaq_laneq_f32(r[t][v], q4[3][v], kt[t], 3);
+          }
+        }
+      }
+      for (int t = 0; t < 4; ++t) {
+        for (int v = 0; v < NV; ++v) {
+          const float32x4_t x =
+              j + t < nk ? vmulq_n_f32(r[t][v], a.scale) : vdupq_n_f32(-INFINITY);
+          vst1q_f32(s + (j + t) * 8 + 4 * v, x);
+          mx[v] = vmaxq_f32(mx[v], x);
+        }
+      }
+    }
+    float corr[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int v = 0; v < NV; ++v) {
+      const float32x4_t m_new = vmaxq_f32(m[v], mx[v]);
+      const float32x4_t cv = neon::exp_f32(vsubq_f32(m[v], m_new));  // 0 on the first block
+      float32x4_t sum = vdupq_n_f32(0);
+      for (int j = 0; j < nk; ++j) {
+        const float32x4_t p = neon::exp_f32(vsubq_f32(vld1q_f32(s + j * 8 + 4 * v), m_new));
+        vst1q_f32(s + j * 8 + 4 * v, p);
+        sum = vaddq_f32(sum, p);
+      }
+      l[v] = vfmaq_f32(sum, l[v], cv);
+      m[v] = m_new;
+      vst1q_f32(corr + 4 * v, cv);
+    }
+    load_block(a, a.v, kb, nk, g, d, kv);
+    for (int h = 0; h < nh; ++h) pv_row<D, 8>(acc + (int64_t)h * d, corr[h], s + h, kv, nk, d);
+  }
+  float lsum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int v = 0; v < NV; ++v) vst1q_f32(lsum + 4 * v, l[v]);
+  for (int h = 0; h < nh; ++h) {
+    const float inv = 1.0f / lsum[h];
+    float* out = row.out + (int64_t)h * d;
+    for (int c = 0; c < d; c += 4) {
+      vst1q_f32(out + c, vmulq_n_f32(vld1q_f32(acc + (int64_t)h * d + c), inv));
+    }
+  }
+}
+
 template <int D>
 void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
   const int d = D ? D : a.head_dim;
@@ -250,6 +341,34 @@ void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float*
   for (int g = head_begin / group; g * group < head_end; ++g) {
     const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
     const int nh = h1 - h0;
+    // Decode of 3+ heads of a group: heads as vector lanes (decode_group).
+    if (a.n_q == 1 && nh >= kDecodeMinHeads && a.pos0 >= 0) {
+      Row row;
+      row.q = a.q + (int64_t)h0 * d;
+      row.out = a.out + (int64_t)h0 * d;
+      row.hi = a.pos0;
+      row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+      for (int hb = 0; hb < nh; hb += 8) {  // groups of more than 8 heads: 8 at a time
+        const int n8 = std::min(8, nh - hb);
+        Row r8 = row;
+        r8.q += (int64_t)hb * d;
+        r8.out += (int64_t)hb * d;
+        if (n8 > 4) {
+          decode_group<D, 2>(a, g, n8, r8, kv, acc, acc + (int64_t)8 * d, s);
+        } else if (n8 >= kDecodeMinHeads) {
+          decode_group<D, 1>(a, g, n8, r8, kv, acc, acc + (int64_t)8 * d, s);
+        } else {  // the rest of a group of more than 8: rows tiles
+          Row rs[8];
+          for (int h = 0; h < n8; ++h) {
+            rs[h] = r8;
+            rs[h].q += (int64_t)h * d;
+            rs[h].out += (int64_t)h * d;
+          }
+          attention_tile<D>(a, g, rs, n8, kv, acc, s, m, l);
+        }
+      }
+      continue;
+    }
     const int64_t n_rows = (int64_t)a.n_q * nh;
     for (int64_t r0 = 0; r0 < n_rows; r0 += kAttnRows) {
       const int nr = (int)std::min<int64_t>(kAttnRows, n_rows - r0);
