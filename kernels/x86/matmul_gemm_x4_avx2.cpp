@@ -12,15 +12,16 @@
 //   Q8_0: maddubs(|w|, sign(a, w)) (signed x signed through the unsigned x
 //     signed instruction).
 // Then one FMA per block and token applies dw * da (Q4_1 one more,
-// mw * sa / 2 per lane, into an accumulator of its own).  da (and sa / 2, and the Q4_0 correction) are
-// decoded once per call into a small table (ActInfo), not once per row.
+// mw * sa / 2 per lane, into an accumulator of its own).  da (and sa / 2,
+// and the Q4_0 correction) are decoded once per call into a small table
+// (ActInfo), not once per row.
 // No int16 saturation: Q8_0 |w| <= 128, |a| <= 127: 2*128*127 = 32512 per
 // maddubs, each madd'ed on its own; Q4 sums of 4 maddubs: 4*2*15*127 = 15240.
 //
 // Tiles: 1 group (4 rows) x 4 tokens (weights unpacked once for 4 tokens,
 // activations re-read from L1), tails of 1-3 tokens; decode is T = 1, one
 // group after the other so the weights stream linearly (a 2-group tile,
-// two streams, read DRAM 2x slower) with a software prefetch 8 KiB ahead.
+// two streams, read DRAM 2x slower), Q4 with a software prefetch 8 KiB ahead.
 // Contract: see kernels::MatmulKernelFn.  Unaligned loads only; reads the
 // padding rows of a partial last group, writes rows < r1 only.
 #include <immintrin.h>
@@ -31,6 +32,9 @@
 #include "kernels/matmul.h"
 #include "quant/repack.h"
 
+#ifndef PFQ8
+#define PFQ8 2048
+#endif
 namespace lilims::kernels {
 namespace {
 
@@ -73,6 +77,7 @@ struct X4<Type::Q8_0> {
   using Blk = quant::BlockQ8_0x4;
   static constexpr bool kQ4 = false, kHasMin = false, kCorr = false;
   static constexpr size_t kActBlock = sizeof(quant::BlockQ8_0), kActQ = 2;
+  static constexpr int kPrefetchBytes = 0;  // measured: any prefetch (2 or 8 KiB) slowed it
   static void unpack(const Blk* b, __m256i w[4]) {
     for (int c = 0; c < 4; ++c) w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * c));
   }
@@ -83,6 +88,7 @@ struct X4<Type::Q4_0> {
   using Blk = quant::BlockQ4_0x4;
   static constexpr bool kQ4 = true, kHasMin = false, kCorr = true;
   static constexpr size_t kActBlock = sizeof(quant::BlockQ8_0), kActQ = 2;
+  static constexpr int kPrefetchBytes = 8192;
 };
 
 template <>
@@ -90,6 +96,7 @@ struct X4<Type::Q4_1> {
   using Blk = quant::BlockQ4_1x4;
   static constexpr bool kQ4 = true, kHasMin = true, kCorr = false;
   static constexpr size_t kActBlock = sizeof(quant::BlockQ8_1), kActQ = 4;
+  static constexpr int kPrefetchBytes = 8192;
 };
 
 // Unsigned nibbles of a Q4 group block: chunk 0/1 = low nibbles of bytes
@@ -217,14 +224,14 @@ void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, size_t x_
           const ActInfo* info, float* y, int64_t ldy, int64_t row0, int64_t r1) {
   using P = X4<WT>;
   // Decode streams one group at a time (two interleaved group streams
-  // measured 2x slower from DRAM); a software prefetch 8 KiB ahead keeps
-  // more misses in flight than the hardware prefetcher alone (measured
-  // better than 0 and 4 KiB).
-  constexpr int kPrefetch = (int)(8192 / sizeof(typename P::Blk));
+  // measured 2x slower from DRAM); for Q4 a software prefetch 8 KiB ahead
+  // keeps more misses in flight than the hardware prefetcher alone
+  // (measured better than 0 and 4 KiB); Q8_0 streams best without.
+  constexpr int kPrefetch = (int)(P::kPrefetchBytes / sizeof(typename P::Blk));
   __m256 acc[T], accm[T];
   for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (T < 4) _mm_prefetch(reinterpret_cast<const char*>(g + b + kPrefetch), _MM_HINT_T0);
+    if (T < 4 && kPrefetch > 0) _mm_prefetch(reinterpret_cast<const char*>(g + b + kPrefetch), _MM_HINT_T0);
     block_x_tokens<WT, T>(g + b, b, nb, x, x_stride, info, acc, accm);
   }
   if constexpr (P::kHasMin) {
