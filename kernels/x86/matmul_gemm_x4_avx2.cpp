@@ -32,9 +32,6 @@
 #include "kernels/matmul.h"
 #include "quant/repack.h"
 
-#ifndef PFQ8
-#define PFQ8 2048
-#endif
 namespace lilims::kernels {
 namespace {
 
