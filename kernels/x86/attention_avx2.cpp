@@ -334,7 +334,7 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
       for (int h = 0; h < 8; ++h) qt[c * 8 + h] = h < nh ? row.q[(int64_t)h * d + c] : 0.0f;
     }
   }
-  std::memset(acc, 0, (size_t)nh * d * 4);
+  std::memset(acc, 0, (size_t)(k_f16 ? 8 : nh) * d * 4);  // F16 PV runs all 8 lanes
   __m256 m = _mm256_set1_ps(-INFINITY), l = _mm256_setzero_ps();
   const __m256 vscale = _mm256_set1_ps(a.scale);
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -416,6 +416,27 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
     }
     l = _mm256_fmadd_ps(l, corr, sum);
     _mm256_store_ps(corr_arr, corr);
+    if (k_f16) {
+      // F16 V likewise straight from the cache: per 8 dims, the 8 heads'
+      // accumulators in registers, each V chunk converted once for all.
+      const uint8_t* vrow0 = static_cast<const uint8_t*>(a.v) + kb * a.kv_stride_bytes +
+                             (int64_t)g * d * 2;
+      for (int c = 0; c < d; c += 8) {
+        __m256 r[8];
+        for (int h = 0; h < 8; ++h) {
+          r[h] = _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)h * d + c),
+                               _mm256_broadcast_ss(corr_arr + h));
+        }
+        const uint8_t* vr = vrow0 + (int64_t)c * 2;
+        for (int j = 0; j < nk; ++j, vr += a.kv_stride_bytes) {
+          const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr)));
+          const float* pj = s + j * 8;
+          for (int h = 0; h < 8; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
+        }
+        for (int h = 0; h < 8; ++h) _mm256_store_ps(acc + (int64_t)h * d + c, r[h]);
+      }
+      continue;
+    }
     load_block(a, a.v, kb, nk, g, d, kv);
     int h = 0;
     for (; h + 1 < nh; h += 2) {
