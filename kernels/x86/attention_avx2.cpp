@@ -304,7 +304,8 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
   }
 }
 
-// Decode (one query row) of nh heads (kDecodeMinHeads <= nh <= 8) of kv group g:
+// Decode (one query row) of nh heads (nh <= 8) of kv group g (F16 cache: NH ==
+// nh, 2 or more; else NH == 8, nh >= kDecodeMinHeads):
 // the heads are the 8 lanes of one vector.  Q is transposed once into qt
 // (d, 8) (lanes >= nh zero), so the scores of a key for every head are
 // sum_c qt[c] * K[j][c] with K[j][c] broadcast: 8-key tiles of 8
@@ -312,7 +313,7 @@ void attention_tile(const AttentionArgs& a, int g, const Row* rows, int nr, floa
 // exp, sums, rescale factors) runs on those head vectors, once per key for
 // all heads; PV then takes the heads in pairs (V loads shared) with the
 // weights read at stride 8.
-template <int D>
+template <int D, int NH>
 void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* kv,
                   float* acc, float* qt, float* s) {
   const int d = D ? D : a.head_dim;
@@ -334,7 +335,7 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
       for (int h = 0; h < 8; ++h) qt[c * 8 + h] = h < nh ? row.q[(int64_t)h * d + c] : 0.0f;
     }
   }
-  std::memset(acc, 0, (size_t)(k_f16 ? 8 : nh) * d * 4);  // F16 PV runs all 8 lanes
+  std::memset(acc, 0, (size_t)nh * d * 4);
   __m256 m = _mm256_set1_ps(-INFINITY), l = _mm256_setzero_ps();
   const __m256 vscale = _mm256_set1_ps(a.scale);
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -354,21 +355,17 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
                             (int64_t)g * d * 2;
       for (int j = 0; j < nk; ++j, krow += a.kv_stride_bytes) {
         const uint16_t* kh = reinterpret_cast<const uint16_t*>(krow);
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
-        __m256 a3 = _mm256_setzero_ps(), a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps();
-        __m256 a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
+        __m256 ah[8];
+        for (int h = 0; h < 8; ++h) ah[h] = _mm256_setzero_ps();
         for (int c = 0; c < d; c += 8) {
           const __m256 kc =
               _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kh + c)));
-          a0 = _mm256_fmadd_ps(_mm256_load_ps(qt + c), kc, a0);
-          a1 = _mm256_fmadd_ps(_mm256_load_ps(qt + d + c), kc, a1);
-          a2 = _mm256_fmadd_ps(_mm256_load_ps(qt + 2 * d + c), kc, a2);
-          a3 = _mm256_fmadd_ps(_mm256_load_ps(qt + 3 * d + c), kc, a3);
-          a4 = _mm256_fmadd_ps(_mm256_load_ps(qt + 4 * d + c), kc, a4);
-          a5 = _mm256_fmadd_ps(_mm256_load_ps(qt + 5 * d + c), kc, a5);
-          a6 = _mm256_fmadd_ps(_mm256_load_ps(qt + 6 * d + c), kc, a6);
-          a7 = _mm256_fmadd_ps(_mm256_load_ps(qt + 7 * d + c), kc, a7);
+          for (int h = 0; h < NH; ++h) {
+            ah[h] = _mm256_fmadd_ps(_mm256_load_ps(qt + (int64_t)h * d + c), kc, ah[h]);
+          }
         }
+        const __m256 a0 = ah[0], a1 = ah[1], a2 = ah[2], a3 = ah[3];
+        const __m256 a4 = ah[4], a5 = ah[5], a6 = ah[6], a7 = ah[7];
         // (a0 .. a7) -> one vector of their 8 sums, lane h = head h.
         const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
         const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
@@ -422,8 +419,8 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
       const uint8_t* vrow0 = static_cast<const uint8_t*>(a.v) + kb * a.kv_stride_bytes +
                              (int64_t)g * d * 2;
       for (int c = 0; c < d; c += 8) {
-        __m256 r[8];
-        for (int h = 0; h < 8; ++h) {
+        __m256 r[NH];
+        for (int h = 0; h < NH; ++h) {
           r[h] = _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)h * d + c),
                                _mm256_broadcast_ss(corr_arr + h));
         }
@@ -431,9 +428,9 @@ void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* 
         for (int j = 0; j < nk; ++j, vr += a.kv_stride_bytes) {
           const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr)));
           const float* pj = s + j * 8;
-          for (int h = 0; h < 8; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
+          for (int h = 0; h < NH; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
         }
-        for (int h = 0; h < 8; ++h) _mm256_store_ps(acc + (int64_t)h * d + c, r[h]);
+        for (int h = 0; h < NH; ++h) _mm256_store_ps(acc + (int64_t)h * d + c, r[h]);
       }
       continue;
     }
@@ -471,9 +468,11 @@ void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float*
   for (int g = head_begin / group; g * group < head_end; ++g) {
     const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
     const int nh = h1 - h0;
-    // Decode of 6+ heads of a group: heads as vector lanes (decode_group);
-    // smaller groups would leave too many of the 8 lanes idle.
-    if (a.n_q == 1 && nh >= kDecodeMinHeads && a.pos0 >= 0) {
+    // Decode: the group's heads as vector lanes (decode_group): any group of
+    // 2+ heads with an F16 cache (no f32 pass, per-head FMAs only), 6+ heads
+    // otherwise (the broadcast-K scores would leave too many lanes idle).
+    const bool f16 = a.kv_type == quant::Type::F16;
+    if (a.n_q == 1 && nh >= (f16 ? 2 : kDecodeMinHeads) && a.pos0 >= 0) {
       Row row;
       row.q = a.q + (int64_t)h0 * d;
       row.out = a.out + (int64_t)h0 * d;
@@ -484,8 +483,19 @@ void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float*
         Row r8 = row;
         r8.q += (int64_t)hb * d;
         r8.out += (int64_t)hb * d;
-        if (n8 >= kDecodeMinHeads) {
-          decode_group<D>(a, g, n8, r8, kv, acc, acc + (int64_t)8 * d, s);
+        float* qt = acc + (int64_t)8 * d;
+        if (f16 && n8 >= 2) {  // K and V straight from the cache: any group size
+          switch (n8) {
+            case 2: decode_group<D, 2>(a, g, n8, r8, kv, acc, qt, s); break;
+            case 3: decode_group<D, 3>(a, g, n8, r8, kv, acc, qt, s); break;
+            case 4: decode_group<D, 4>(a, g, n8, r8, kv, acc, qt, s); break;
+            case 5: decode_group<D, 5>(a, g, n8, r8, kv, acc, qt, s); break;
+            case 6: decode_group<D, 6>(a, g, n8, r8, kv, acc, qt, s); break;
+            case 7: decode_group<D, 7>(a, g, n8, r8, kv, acc, qt, s); break;
+            default: decode_group<D, 8>(a, g, n8, r8, kv, acc, qt, s); break;
+          }
+        } else if (!f16 && n8 >= kDecodeMinHeads) {
+          decode_group<D, 8>(a, g, n8, r8, kv, acc, qt, s);
         } else {  // the rest of a group of more than 8: rows tiles
           Row rs[8];
           for (int h = 0; h < n8; ++h) {
