@@ -10,6 +10,9 @@
 // tiles), masking to the row's [lo, hi], running max m and sum l, acc =
 // acc * exp(m_old - m_new) + sum_j p_j V_j; at the end out = acc / l.
 //
+// Decode (one query row) takes decode_group instead: the heads of a kv
+// group as vector lanes, F16 K/V read straight from the cache (see there).
+//
 // Head dims 64/80/96/128 are compiled with the dim as a constant; any other
 // multiple of 8 takes the generic instantiation, anything else the ref.
 #include <immintrin.h>
