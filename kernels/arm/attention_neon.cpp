@@ -20,6 +20,10 @@ using detail::kAttnKeys;
 using detail::kAttnRows;
 constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
 constexpr int kDecodeMinHeads = 3;  // decode_group from this many heads of a group
+// and head dims from this (tiny heads gain nothing from it; with them the
+// stories260K test of prefill == step-by-step logits (1e-3) saw 1.05e-3 from
+// the decode path's other summation order)
+constexpr int kDecodeMinDim = 32;
 
 void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
                 float* dst) {
@@ -342,7 +346,7 @@ void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float*
     const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
     const int nh = h1 - h0;
     // Decode of 3+ heads of a group: heads as vector lanes (decode_group).
-    if (a.n_q == 1 && nh >= kDecodeMinHeads && a.pos0 >= 0) {
+    if (a.n_q == 1 && nh >= kDecodeMinHeads && a.pos0 >= 0 && d >= kDecodeMinDim) {
       Row row;
       row.q = a.q + (int64_t)h0 * d;
       row.out = a.out + (int64_t)h0 * d;

@@ -33,6 +33,10 @@ using detail::kAttnKeys;
 using detail::kAttnRows;
 constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
 constexpr int kDecodeMinHeads = 6;  // decode_group from this many heads of a group
+// and head dims from this (tiny heads gain nothing from it; with them the
+// stories260K test of prefill == step-by-step logits (1e-3) saw 1.05e-3 from
+// the decode path's other summation order)
+constexpr int kDecodeMinDim = 32;
 
 // Cache rows [p0, p0 + nk) of kv head g to f32 rows of d floats in dst.
 void load_block(const AttentionArgs& a, const void* base, int64_t p0, int nk, int g, int d,
@@ -475,7 +479,7 @@ void attention_impl(const AttentionArgs& a, int head_begin, int head_end, float*
     // 2+ heads with an F16 cache (no f32 pass, per-head FMAs only), 6+ heads
     // otherwise (the broadcast-K scores would leave too many lanes idle).
     const bool f16 = a.kv_type == quant::Type::F16;
-    if (a.n_q == 1 && nh >= (f16 ? 2 : kDecodeMinHeads) && a.pos0 >= 0) {
+    if (a.n_q == 1 && nh >= (f16 ? 2 : kDecodeMinHeads) && a.pos0 >= 0 && d >= kDecodeMinDim) {
       Row row;
       row.q = a.q + (int64_t)h0 * d;
       row.out = a.out + (int64_t)h0 * d;

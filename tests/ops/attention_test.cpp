@@ -146,6 +146,9 @@ std::vector<Case> cases() {
       {1031, 1, 8, 1, 128, 0},   {8192, 1, 9, 3, 64, 0},     {8192, 1, 32, 8, 128, 4096},
       // decode with groups of more than 8 heads (the SIMD decode takes 8 at a time)
       {300, 1, 24, 2, 64, 0},    {97, 1, 16, 1, 80, 0},      {45, 1, 14, 1, 64, 40},
+      // small dims (stories260K: 8 heads / 4 kv heads of dim 8), generic-dim code
+      {150, 1, 8, 4, 8, 0},      {150, 30, 8, 4, 8, 0},      {77, 1, 12, 2, 16, 0},
+      {77, 1, 12, 2, 32, 0},     {40, 1, 6, 2, 40, 0},
       // prefill blocks (many query rows, causal inside the block)
       {7, 7, 9, 3, 64, 0},       {64, 64, 8, 2, 64, 0},      {300, 45, 12, 4, 96, 0},
       {173, 37, 32, 32, 80, 0},  {90, 20, 16, 2, 128, 0},
