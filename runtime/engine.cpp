@@ -99,6 +99,18 @@ GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full
   return r;
 }
 
+void Session::check_tokens(const std::vector<int32_t>& tokens) const {
+  check_fits(tokens.size());
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] token id " + std::to_string(t) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(n_vocab - 1) + ")");
+    }
+  }
+}
+
 void Session::check_fits(size_t n) const {
   if (tokens_.size() + n > (size_t)ctx_->n_ctx()) {
     throw Error(LILIMS_ERR_CONTEXT_FULL,
@@ -109,15 +121,7 @@ void Session::check_fits(size_t n) const {
 }
 
 void Session::eval(const std::vector<int32_t>& tokens) {
-  check_fits(tokens.size());
-  const int32_t n_vocab = model_.hparams().n_vocab;
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= n_vocab) {
-      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] token id " + std::to_string(t) +
-                                                   " is outside the vocabulary (0.." +
-                                                   std::to_string(n_vocab - 1) + ")");
-    }
-  }
+  check_tokens(tokens);
   const int32_t step = ctx_->config().n_batch;
   for (size_t done = 0; done < tokens.size(); done += (size_t)step) {
     if (cancel_.exchange(false)) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
@@ -130,14 +134,8 @@ void Session::eval(const std::vector<int32_t>& tokens) {
 }
 
 void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
-  check_fits(tokens.size());
+  check_tokens(tokens);
   const int32_t n_vocab = model_.hparams().n_vocab;
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= n_vocab) {
-      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                  "[session] token id " + std::to_string(t) + " is outside the vocabulary");
-    }
-  }
   logits.resize(tokens.size() * (size_t)n_vocab);
   ctx_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
                 true);

@@ -117,6 +117,7 @@ class Session {
 
  private:
   void check_fits(size_t n) const;
+  void check_tokens(const std::vector<int32_t>& tokens) const;  // fits, and ids in the vocabulary
 
   const Model& model_;
   std::unique_ptr<graph::ThreadPool> pool_;
