@@ -63,36 +63,36 @@ int32_t dot_q4_1(const BlockQ4_1& w, const BlockQ8_1& a) {
 
 }  // namespace
 
-void q8_0_q8_0_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
+namespace {
+
+// The weight types multiplied with Q8_0 activations: acc += d_w * d_a * dot.
+template <typename WBlock, int32_t (*Dot)(const WBlock&, const BlockQ8_0&)>
+void gemm_with_q8_0_acts(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
                          size_t x_stride, int64_t n, float* y, int64_t ldy) {
   const int64_t nb = W.cols / kBlock;
   for (int64_t j = 0; j < n; ++j) {        // token
     for (int64_t r = r0; r < r1; ++r) {    // output row
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const BlockQ8_0 w = weight_block<BlockQ8_0>(W, r, b);
+        const WBlock w = weight_block<WBlock>(W, r, b);
         const BlockQ8_0 a = act_block<BlockQ8_0>(x, x_stride, j, b);
-        acc += (fp16_to_fp32(w.d) * fp16_to_fp32(a.d)) * (float)dot_q8_0(w, a);
+        acc += (fp16_to_fp32(w.d) * fp16_to_fp32(a.d)) * (float)Dot(w, a);
       }
       y[j * ldy + r] = acc;
     }
   }
 }
 
+}  // namespace
+
+void q8_0_q8_0_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
+                         size_t x_stride, int64_t n, float* y, int64_t ldy) {
+  gemm_with_q8_0_acts<BlockQ8_0, dot_q8_0>(W, r0, r1, x, x_stride, n, y, ldy);
+}
+
 void q4_0_q8_0_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
                          size_t x_stride, int64_t n, float* y, int64_t ldy) {
-  const int64_t nb = W.cols / kBlock;
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const BlockQ4_0 w = weight_block<BlockQ4_0>(W, r, b);
-        const BlockQ8_0 a = act_block<BlockQ8_0>(x, x_stride, j, b);
-        acc += (fp16_to_fp32(w.d) * fp16_to_fp32(a.d)) * (float)dot_q4_0(w, a);
-      }
-      y[j * ldy + r] = acc;
-    }
-  }
+  gemm_with_q8_0_acts<BlockQ4_0, dot_q4_0>(W, r0, r1, x, x_stride, n, y, ldy);
 }
 
 void q4_1_q8_1_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
