@@ -79,7 +79,6 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   // rows are read once) and query blocks.  scratch: attention_scratch_floats(a)
   // floats, one per thread.
   void (*attention)(const AttentionArgs& a, int head_begin, int head_end, float* scratch);
-  // --- additions beyond the contract ---
   // x += delta; y = layernorm(x)
   void (*add_layernorm)(float* x, const float* delta, const float* w, const float* b,
                         float* y, int64_t n, float eps);
@@ -87,6 +86,17 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   Isa isa;
   const char* name;
 };
+
+// Every entry of OpsTable with the base name of its kernels: the table of
+// ISA `x` is filled as `t.FIELD = BASE__x`, so each entry is matched to its
+// kernel by name, never by position, and a missing kernel fails to compile.
+#define LILIMS_OPS_TABLE_ENTRIES(X)                                                     \
+  X(rmsnorm, rmsnorm_f32) X(add_rmsnorm, add_rmsnorm_f32) X(layernorm, layernorm_f32)  \
+  X(rope, rope_f32) X(softmax, softmax_f32) X(swiglu, swiglu_f32) X(gelu, gelu_f32)    \
+  X(gelu_erf, gelu_erf_f32) X(add, add_f32) X(mul, mul_f32)                            \
+  X(fp32_to_fp16, fp32_to_fp16) X(fp16_to_fp32, fp16_to_fp32)                          \
+  X(quantize_row_q8_0, quantize_row_q8_0) X(attention, attention)                      \
+  X(add_layernorm, add_layernorm_f32) X(silu, silu_f32)
 
 // Scratch floats attention needs per calling thread (any ISA).
 size_t attention_scratch_floats(const AttentionArgs& a);

@@ -10,14 +10,15 @@
 namespace lilims::kernels {
 namespace {
 
-const OpsTable kOpsRef = {
-    rmsnorm_f32__ref,       add_rmsnorm_f32__ref, layernorm_f32__ref,
-    rope_f32__ref,          softmax_f32__ref,     swiglu_f32__ref,
-    gelu_f32__ref,          gelu_erf_f32__ref,    add_f32__ref,
-    mul_f32__ref,           fp32_to_fp16__ref,    fp16_to_fp32__ref,
-    quantize_row_q8_0__ref, attention__ref,       add_layernorm_f32__ref,
-    silu_f32__ref,          Isa::ref,             "ref",
-};
+const OpsTable kOpsRef = [] {
+  OpsTable t{};
+#define LILIMS_FILL(field, base) t.field = base##__ref;
+  LILIMS_OPS_TABLE_ENTRIES(LILIMS_FILL)
+#undef LILIMS_FILL
+  t.isa = Isa::ref;
+  t.name = "ref";
+  return t;
+}();
 
 }  // namespace
 

@@ -307,14 +307,15 @@ void quantize_row_q8_0__neon(const float* x, void* y, int64_t n) {
 namespace detail {
 
 const OpsTable& ops_table_neon() {
-  static const OpsTable table = {
-      rmsnorm_f32__neon,       add_rmsnorm_f32__neon, layernorm_f32__neon,
-      rope_f32__neon,          softmax_f32__neon,     swiglu_f32__neon,
-      gelu_f32__neon,          gelu_erf_f32__neon,    add_f32__neon,
-      mul_f32__neon,           fp32_to_fp16__neon,    fp16_to_fp32__neon,
-      quantize_row_q8_0__neon, attention__neon,       add_layernorm_f32__neon,
-      silu_f32__neon,          Isa::neon,             "neon",
-  };
+  static const OpsTable table = [] {
+    OpsTable t{};
+#define LILIMS_FILL(field, base) t.field = base##__neon;
+    LILIMS_OPS_TABLE_ENTRIES(LILIMS_FILL)
+#undef LILIMS_FILL
+    t.isa = Isa::neon;
+    t.name = "neon";
+    return t;
+  }();
   return table;
 }
 

@@ -354,14 +354,15 @@ void quantize_row_q8_0__avx2(const float* x, void* y, int64_t n) {
 namespace detail {
 
 const OpsTable& ops_table_avx2() {
-  static const OpsTable table = {
-      rmsnorm_f32__avx2,       add_rmsnorm_f32__avx2, layernorm_f32__avx2,
-      rope_f32__avx2,          softmax_f32__avx2,     swiglu_f32__avx2,
-      gelu_f32__avx2,          gelu_erf_f32__avx2,    add_f32__avx2,
-      mul_f32__avx2,           fp32_to_fp16__avx2,    fp16_to_fp32__avx2,
-      quantize_row_q8_0__avx2, attention__avx2,       add_layernorm_f32__avx2,
-      silu_f32__avx2,          Isa::avx2,             "avx2",
-  };
+  static const OpsTable table = [] {
+    OpsTable t{};
+#define LILIMS_FILL(field, base) t.field = base##__avx2;
+    LILIMS_OPS_TABLE_ENTRIES(LILIMS_FILL)
+#undef LILIMS_FILL
+    t.isa = Isa::avx2;
+    t.name = "avx2";
+    return t;
+  }();
   return table;
 }
 

@@ -465,10 +465,10 @@ INSTANTIATE_TEST_SUITE_P(isa, ops_convert, ::testing::ValuesIn(all_isas()), isa_
 TEST(ops_dispatch, tables_are_complete_and_active_is_runnable) {
   for (Isa isa : all_isas()) {
     const kernels::OpsTable& t = kernels::ops_table(isa);
-    const void* const* fn = reinterpret_cast<const void* const*>(&t);
-    // Every function pointer (all fields before isa/name) is set.
-    const size_t n_fns = offsetof(kernels::OpsTable, isa) / sizeof(void*);
-    for (size_t i = 0; i < n_fns; ++i) EXPECT_NE(fn[i], nullptr) << kernels::isa_name(isa) << i;
+#define LILIMS_CHECK_SET(field, base) \
+  EXPECT_NE(t.field, nullptr) << kernels::isa_name(isa) << " " #field;
+    LILIMS_OPS_TABLE_ENTRIES(LILIMS_CHECK_SET)
+#undef LILIMS_CHECK_SET
     if (kernels::ops_isa_built(isa)) {
       EXPECT_EQ(t.isa, isa);
     }
