@@ -3,7 +3,7 @@
 # under AddressSanitizer + UndefinedBehaviorSanitizer, and the NEON kernels
 # cross-built for aarch64 and run under qemu.  Needs ../shared beside the repo.
 #   scripts/test.sh            everything (what CI runs)
-#   LILIMS_SKIP_ASAN=1 / LILIMS_SKIP_CROSS=1 to leave a part out
+#   LILIMS_SKIP_ASAN=1 / LILIMS_SKIP_TSAN=1 / LILIMS_SKIP_CROSS=1 to leave a part out
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -23,6 +23,22 @@ if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -j"$jobs" --output-on-failure --no-tests=error --timeout 1800 \
       -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp"  # slow, numerics-only: release run covers them
+fi
+
+if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
+  echo "== ThreadSanitizer: thread pool, runtime, C API"
+  LILIMS_TARGETS="test_graph test_runtime test_c_api" \
+    scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLILIMS_SANITIZE=thread \
+    -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_WERROR=ON
+  # Every test of the pool; the runtime's end-to-end tests on stories260K
+  # and its threaded API tests (the SmolLM2 numerics run in the release
+  # build: under TSan they take tens of minutes and exercise no other code).
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  build-tsan/tests/graph/test_graph
+  build-tsan/tests/runtime/test_runtime \
+    --gtest_filter="-SmolLM2VsLlamaCpp.*:IsaAgreement*:PerplexityVsLlamaCpp*"
+  build-tsan/tests/c_api/test_c_api "$PWD/../shared/data/stories260K/stories260K.gguf"
+  unset TSAN_OPTIONS
 fi
 
 if [ -z "${LILIMS_SKIP_CROSS:-}" ] && [ -x scripts/cross_test.sh ]; then
