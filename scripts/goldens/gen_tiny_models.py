@@ -32,10 +32,12 @@ pieces with float64 versions (Fp64RmsNorm, Fp64Rope, attention_fp64 below); ever
 wiring, masks, GQA, biases, activations) is HF's own code. goldens.json records how far HF's
 unpatched float64 run is from the patched one.
 
---verify reads each GGUF back with gguf's GGUFReader, rebuilds the HF model from the GGUF metadata
-and tensors alone (undoing the llama Q/K permutation), and checks that its float64 logits equal the
-committed goldens, and that the committed goldens equal a fresh run. This proves the layout
-conversion both ways.
+--verify checks the committed files three ways, each to the goldens' 9 significant digits: (1) it
+reads each GGUF back with gguf's GGUFReader, rebuilds the HF model from the GGUF metadata and
+tensors alone (undoing the llama Q/K permutation) and runs it; (2) it runs tiny_numpy_forward.py,
+a float64 NumPy forward pass written from the GGUF's own conventions, not from HF's code; (3) it
+reruns the generation and compares. (1) and (2) prove the layout conversion; it also compares the
+GGUF's sha256. Exit status 1 on any mismatch.
 """
 
 import argparse
@@ -59,6 +61,9 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.modeling_utils import AttentionInterface
 
 import gguf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny_numpy_forward  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_OUT = os.path.join(REPO, "tests", "data", "tiny")
@@ -89,6 +94,11 @@ PHI3_ORIG_CTX = 32
 PHI3_SHORT_FACTOR = [1.0, 1.0625, 1.125, 1.1875, 1.25, 1.375, 1.5, 1.625]
 PHI3_LONG_FACTOR = [1.0, 1.5, 2.25, 3.0, 4.0, 5.5, 7.0, 8.0]
 
+# Scalars the GGUF stores as float32 are float32 values here too, so that the goldens are the
+# model the file describes to the last bit (the attn_factor rounding alone moves logits by 2e-7).
+EPS = float(np.float32(1e-5))
+PHI3_ATTN_FACTOR = float(np.float32(math.sqrt(1 + math.log(CTX / PHI3_ORIG_CTX) / math.log(PHI3_ORIG_CTX))))
+
 SEEDS = {"llama": 9001, "phi2": 9002, "phi3": 9003}
 WEIGHT_STD = 0.1      # projections and embeddings
 HEAD_STD = 0.25       # LM head: logits spread over a few units, not flat
@@ -101,7 +111,7 @@ def make_config(arch):
                   num_attention_heads=N_HEAD, max_position_embeddings=CTX, bos_token_id=BOS,
                   eos_token_id=EOS, pad_token_id=None, tie_word_embeddings=False)
     if arch == "llama":
-        return LlamaConfig(**common, num_key_value_heads=2, intermediate_size=128, rms_norm_eps=1e-5,
+        return LlamaConfig(**common, num_key_value_heads=2, intermediate_size=128, rms_norm_eps=EPS,
                            hidden_act="silu", rope_theta=ROPE_THETA)
     if arch == "phi2":
         # llama.cpp's converter writes phi2.feed_forward_length = 4 * n_embd and
@@ -109,14 +119,15 @@ def make_config(arch):
         # that (as the real Phi-2 has); it also writes no rope.freq_base (llama.cpp's default 10000).
         # partial_rotary_factor 0.4 as in Phi-2: 0.4 * 16 = 6 rotated dims per head.
         return PhiConfig(**common, num_key_value_heads=N_HEAD, intermediate_size=4 * HIDDEN,
-                         layer_norm_eps=1e-5, hidden_act="gelu_new", partial_rotary_factor=0.4,
+                         layer_norm_eps=EPS, hidden_act="gelu_new", partial_rotary_factor=0.4,
                          rope_theta=ROPE_THETA, qk_layernorm=False)
     if arch == "phi3":
-        return Phi3Config(**common, num_key_value_heads=2, intermediate_size=128, rms_norm_eps=1e-5,
+        return Phi3Config(**common, num_key_value_heads=2, intermediate_size=128, rms_norm_eps=EPS,
                           hidden_act="silu", sliding_window=PHI3_SLIDING_WINDOW,
                           original_max_position_embeddings=PHI3_ORIG_CTX,
                           rope_scaling={"type": "longrope", "short_factor": PHI3_SHORT_FACTOR,
-                                        "long_factor": PHI3_LONG_FACTOR, "rope_theta": ROPE_THETA})
+                                        "long_factor": PHI3_LONG_FACTOR, "rope_theta": ROPE_THETA,
+                                        "attention_factor": PHI3_ATTN_FACTOR})
     raise ValueError(arch)
 
 
@@ -173,8 +184,10 @@ class Fp64Rope(nn.Module):
             self.orig = rp["original_max_position_embeddings"]
             self.inv_short = base_inv / torch.tensor(rp["short_factor"], dtype=torch.float64)
             self.inv_long = base_inv / torch.tensor(rp["long_factor"], dtype=torch.float64)
-            ratio = cfg.max_position_embeddings / self.orig
-            self.scale = math.sqrt(1 + math.log(ratio) / math.log(self.orig)) if ratio > 1 else 1.0
+            self.scale = rp.get("attention_factor")
+            if self.scale is None:
+                ratio = cfg.max_position_embeddings / self.orig
+                self.scale = math.sqrt(1 + math.log(ratio) / math.log(self.orig)) if ratio > 1 else 1.0
         else:
             self.inv = base_inv
 
@@ -339,9 +352,12 @@ def export_gguf(arch, model, sp, path):
         w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
         w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
         w.add_sliding_window(cfg.sliding_window)
+        # The converter derives attn_factor from the context ratio (ignoring config.json's
+        # attention_factor); the model above uses the same value rounded to float32.
         ratio = cfg.max_position_embeddings / rp["original_max_position_embeddings"]
-        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(ratio) / math.log(
-            rp["original_max_position_embeddings"])))
+        attn_factor = math.sqrt(1 + math.log(ratio) / math.log(rp["original_max_position_embeddings"]))
+        assert float(np.float32(attn_factor)) == rp["attention_factor"]
+        w.add_rope_scaling_attn_factors(attn_factor)
 
     tokens, scores, types = [], [], []
     for i in range(sp.vocab_size()):
@@ -425,10 +441,8 @@ def model_from_gguf(path):
                          original_max_position_embeddings=orig,
                          rope_scaling={"type": "longrope", "rope_theta": key("rope.freq_base"),
                                        "short_factor": tensors["rope_factors_short.weight"].tolist(),
-                                       "long_factor": tensors["rope_factors_long.weight"].tolist()})
-        ratio = cfg.max_position_embeddings / orig
-        expect = math.sqrt(1 + math.log(ratio) / math.log(orig))
-        assert abs(key("rope.scaling.attn_factor") - expect) < 1e-6
+                                       "long_factor": tensors["rope_factors_long.weight"].tolist(),
+                                       "attention_factor": key("rope.scaling.attn_factor")})
     else:
         raise ValueError(arch)
     model = MODEL_CLASSES[arch](cfg).float().eval()
@@ -577,20 +591,24 @@ def verify(out_dir, sp):
         got_arch, from_file = model_from_gguf(path)
         assert got_arch == arch
         fresh = build_model(arch)
-        worst_file, worst_fresh = 0.0, 0.0
+        plain = tiny_numpy_forward.GgufModel(path)
+        worst = {"gguf->HF": 0.0, "gguf->numpy": 0.0, "fresh HF": 0.0}
         for case in entry["cases"]:
             n = case["n_tokens"]
             mode = "long" if (arch == "phi3" and case["rope_factors"] == "long") else "auto"
             gold = np.array(case["logits"])
-            a = logits_at(to_fp64(from_file, mode), ids[:n], case["positions"])
-            b = logits_at(to_fp64(fresh, mode), ids[:n], case["positions"])
-            worst_file = max(worst_file, float(np.abs(a - gold).max()))
-            worst_fresh = max(worst_fresh, float(np.abs(b - gold).max()))
+            pos = case["positions"]
+            got = {"gguf->HF": logits_at(to_fp64(from_file, mode), ids[:n], pos),
+                   "gguf->numpy": tiny_numpy_forward.forward(plain, ids[:n], mode)[pos],
+                   "fresh HF": logits_at(to_fp64(fresh, mode), ids[:n], pos)}
+            for k, v in got.items():
+                worst[k] = max(worst[k], float(np.abs(v - gold).max()))
         # The goldens are rounded to 9 significant digits; logits are below 10 in magnitude.
-        good = worst_file < 1e-8 and worst_fresh < 1e-8 and sha256(path) == entry["gguf_sha256"]
+        same_file = sha256(path) == entry["gguf_sha256"]
+        good = max(worst.values()) < 1e-8 and same_file
         ok &= good
-        print(f"{arch}: gguf->HF vs golden max |dev| {worst_file:.3g}, fresh run vs golden "
-              f"{worst_fresh:.3g}, sha256 {'ok' if sha256(path) == entry['gguf_sha256'] else 'DIFFERS'}"
+        devs = ", ".join(f"{k} {v:.3g}" for k, v in worst.items())
+        print(f"{arch}: max |x - golden|: {devs}; sha256 {'ok' if same_file else 'DIFFERS'}"
               f" -> {'ok' if good else 'FAIL'}")
     return ok
 
