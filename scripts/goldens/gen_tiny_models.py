@@ -551,7 +551,7 @@ def generate(out_dir, sp):
                      "numpy": np.__version__, "gguf": "0.19.0", "sentencepiece": spm.__version__},
         "reference": "HF transformers in float64 (RMSNorm, RoPE tables and attention softmax "
                      "patched to float64); logits stored to 9 significant digits",
-        "fp32_reference": "the same HF model in float32, unpatched, default attention; "
+        "fp32_reference": "the same HF model in float32, unpatched, default attention (sdpa); "
                           "fp32_max_abs_dev = max |fp32 - golden| over the stored positions",
         "prompt": {"text": PROMPT_TEXT, "token_ids": ids, "lengths": PROMPT_LENGTHS,
                    "note": "each case's prompt is token_ids[:n_tokens]; BOS = 1"},
