@@ -326,7 +326,8 @@ def gguf_tensors(arch, model):
 def export_gguf(arch, model, sp, path):
     cfg = model.config
     w = gguf.GGUFWriter(path, arch)  # writes general.architecture = arch
-    w.add_name(f"lilims-tiny-random-{arch}")
+    # Not "phi3" or "phi-3": llama.cpp then expects Phi-3's <|endoftext|> token in the vocabulary.
+    w.add_name("lilims tiny random " + {"llama": "Llama", "phi2": "Phi 2", "phi3": "Phi 3"}[arch])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     n_head = cfg.num_attention_heads
