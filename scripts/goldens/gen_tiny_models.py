@@ -36,8 +36,8 @@ unpatched float64 run is from the patched one.
 reads each GGUF back with gguf's GGUFReader, rebuilds the HF model from the GGUF metadata and
 tensors alone (undoing the llama Q/K permutation) and runs it; (2) it runs tiny_numpy_forward.py,
 a float64 NumPy forward pass written from the GGUF's own conventions, not from HF's code; (3) it
-reruns the generation and compares. (1) and (2) prove the layout conversion; it also compares the
-GGUF's sha256. Exit status 1 on any mismatch.
+reruns the generation and compares the logits and the re-exported GGUF's sha256 with the committed
+ones. (1) and (2) prove the layout conversion. Exit status 1 on any mismatch.
 """
 
 import argparse
@@ -48,6 +48,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 
 import numpy as np
 import sentencepiece as spm
@@ -97,7 +98,8 @@ PHI3_LONG_FACTOR = [1.0, 1.5, 2.25, 3.0, 4.0, 5.5, 7.0, 8.0]
 # Scalars the GGUF stores as float32 are float32 values here too, so that the goldens are the
 # model the file describes to the last bit (the attn_factor rounding alone moves logits by 2e-7).
 EPS = float(np.float32(1e-5))
-PHI3_ATTN_FACTOR = float(np.float32(math.sqrt(1 + math.log(CTX / PHI3_ORIG_CTX) / math.log(PHI3_ORIG_CTX))))
+PHI3_ATTN_FACTOR = float(np.float32(
+    math.sqrt(1 + math.log(CTX / PHI3_ORIG_CTX) / math.log(PHI3_ORIG_CTX))))
 
 SEEDS = {"llama": 9001, "phi2": 9002, "phi3": 9003}
 WEIGHT_STD = 0.1      # projections and embeddings
@@ -276,14 +278,16 @@ def llama_unpermute(w, n_head):
 def gguf_tensors(arch, model):
     """(gguf name, HF name, transform) for every tensor, in the converter's naming."""
     cfg = model.config
+    permute_q = ("permute", cfg.num_attention_heads)
+    permute_k = ("permute", cfg.num_key_value_heads)
     out = [("token_embd.weight", "model.embed_tokens.weight", None)]
     for b in range(cfg.num_hidden_layers):
         hf = f"model.layers.{b}."
         g = f"blk.{b}."
         if arch == "llama":
             out += [(g + "attn_norm.weight", hf + "input_layernorm.weight", None),
-                    (g + "attn_q.weight", hf + "self_attn.q_proj.weight", ("permute", cfg.num_attention_heads)),
-                    (g + "attn_k.weight", hf + "self_attn.k_proj.weight", ("permute", cfg.num_key_value_heads)),
+                    (g + "attn_q.weight", hf + "self_attn.q_proj.weight", permute_q),
+                    (g + "attn_k.weight", hf + "self_attn.k_proj.weight", permute_k),
                     (g + "attn_v.weight", hf + "self_attn.v_proj.weight", None),
                     (g + "attn_output.weight", hf + "self_attn.o_proj.weight", None),
                     (g + "ffn_norm.weight", hf + "post_attention_layernorm.weight", None),
@@ -605,11 +609,15 @@ def verify(out_dir, sp):
             for k, v in got.items():
                 worst[k] = max(worst[k], float(np.abs(v - gold).max()))
         # The goldens are rounded to 9 significant digits; logits are below 10 in magnitude.
-        same_file = sha256(path) == entry["gguf_sha256"]
+        with tempfile.TemporaryDirectory() as tmp:
+            export_gguf(arch, fresh, sp, os.path.join(tmp, "fresh.gguf"))
+            fresh_sha = sha256(os.path.join(tmp, "fresh.gguf"))
+        same_file = sha256(path) == entry["gguf_sha256"] == fresh_sha
         good = max(worst.values()) < 1e-8 and same_file
         ok &= good
         devs = ", ".join(f"{k} {v:.3g}" for k, v in worst.items())
-        print(f"{arch}: max |x - golden|: {devs}; sha256 {'ok' if same_file else 'DIFFERS'}"
+        print(f"{arch}: max |x - golden|: {devs}; sha256 committed/recorded/re-exported "
+              f"{'equal' if same_file else 'DIFFER'}"
               f" -> {'ok' if good else 'FAIL'}")
     return ok
 
