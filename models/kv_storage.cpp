@@ -86,6 +86,14 @@ void release_pages(uint8_t*, uint8_t*, uint8_t*) {}
 
 }  // namespace
 
+uint64_t KvStorage::bytes_for(int n_layer, int32_t n_ctx, size_t row_bytes) {
+  if (n_layer <= 0 || n_ctx <= 0 || row_bytes == 0) return 0;
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  uint64_t b = 2 * (uint64_t)n_layer * (uint64_t)n_ctx;  // < 2^64: both factors < 2^31
+  if ((uint64_t)row_bytes > max / b) return max;
+  return b * (uint64_t)row_bytes;
+}
+
 KvStorage::KvStorage(int n_layer, int32_t n_ctx, size_t row_bytes)
     : row_bytes_(row_bytes), n_layer_(n_layer) {
   if (n_layer <= 0 || n_ctx <= 0 || row_bytes == 0) {

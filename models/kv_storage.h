@@ -29,11 +29,10 @@ class KvStorage {
   KvStorage(const KvStorage&) = delete;
   KvStorage& operator=(const KvStorage&) = delete;
 
-  // Bytes K and V take together once every position is written; computed
-  // in 64 bits so that a 32-bit build can refuse what it could not address.
-  static uint64_t bytes_for(int n_layer, int32_t n_ctx, size_t row_bytes) {
-    return 2 * (uint64_t)n_layer * (uint64_t)n_ctx * (uint64_t)row_bytes;
-  }
+  // Bytes K and V take together once every position is written, in 64
+  // bits (a 32-bit build must refuse what it cannot address) and saturating
+  // at UINT64_MAX rather than wrapping to a small size.
+  static uint64_t bytes_for(int n_layer, int32_t n_ctx, size_t row_bytes);
   size_t bytes() const { return bytes_; }
 
   // Row 0 of `layer`; rows are row_bytes apart.

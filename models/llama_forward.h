@@ -34,7 +34,9 @@ struct ForwardConfig {
 struct ContextFootprint {
   uint64_t kv_bytes = 0;       // K and V once every position is written
   uint64_t scratch_bytes = 0;  // one block's activations, RoPE rows, attention, matmul
-  uint64_t total() const { return kv_bytes + scratch_bytes; }
+  uint64_t total() const {  // saturating, as kv_bytes may be UINT64_MAX
+    return kv_bytes > UINT64_MAX - scratch_bytes ? UINT64_MAX : kv_bytes + scratch_bytes;
+  }
 };
 
 // One sequence's state: KV cache and scratch.  Allocated once; forward()

@@ -74,7 +74,8 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
 uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt) {
   const models::ContextFootprint f = models::LlamaContext::footprint(
       model.hparams(), forward_config(model, opt), resolve_threads(opt));
-  return f.total() + (uint64_t)model.hparams().n_vocab * sizeof(float);
+  const uint64_t logits = (uint64_t)model.hparams().n_vocab * sizeof(float);
+  return f.total() > UINT64_MAX - logits ? UINT64_MAX : f.total() + logits;
 }
 
 Session::Session(const Model& model, const SessionOptions& opt) : model_(model) {
