@@ -67,7 +67,8 @@ ContextFootprint LlamaContext::footprint(const LlamaHParams& hp, const ForwardCo
                                          int n_threads) {
   const ForwardConfig cfg = checked_config(hp, config);
   ContextFootprint f;
-  f.kv_bytes = KvStorage::bytes_for(hp.n_layer, cfg.n_ctx, quant::row_bytes(cfg.kv_type, hp.kv_dim()));
+  f.kv_bytes =
+      KvStorage::bytes_for(hp.n_layer, cfg.n_ctx, quant::row_bytes(cfg.kv_type, hp.kv_dim()));
   // Matmul activations are at most one float per input (the oracle's; Q8
   // rows take 34 bytes per 32).
   const uint64_t max_cols = (uint64_t)std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim});
@@ -167,8 +168,8 @@ void LlamaContext::block(const int32_t* tokens, int32_t m, int32_t pos0, float* 
 
   for (int32_t t = 0; t < m; ++t) {
     dequantize_row(model_.tok_embd, tokens[t], &x_[(size_t)t * d]);
-    kernels::rope_table_f32__ref(pos0 + t, hp.n_rot, hp.rope_freq_base, &rope_cos_[(size_t)t * half],
-                                 &rope_sin_[(size_t)t * half]);
+    kernels::rope_table_f32__ref(pos0 + t, hp.n_rot, hp.rope_freq_base,
+                                 &rope_cos_[(size_t)t * half], &rope_sin_[(size_t)t * half]);
   }
 
   kernels::AttentionArgs args{};

@@ -90,12 +90,12 @@ TEST(KvStorage, ReleaseOfNothingAndOfMoreThanWrittenIsHarmless) {
 
 TEST(KvStorage, SizesBeyondTheAddressSpaceAreRefused) {
   const uint64_t max = std::numeric_limits<uint64_t>::max();
-  EXPECT_EQ(models::KvStorage::bytes_for(4096, std::numeric_limits<int32_t>::max(), (size_t)1 << 40),
-            max);
+  const int32_t int_max = std::numeric_limits<int32_t>::max();
+  EXPECT_EQ(models::KvStorage::bytes_for(4096, int_max, (size_t)1 << 40), max);
   EXPECT_EQ(models::KvStorage::bytes_for(30, 8192, 384), 2ull * 30 * 8192 * 384);
   EXPECT_EQ(models::KvStorage::bytes_for(0, 8192, 384), 0u);
   try {
-    models::KvStorage kv(4096, std::numeric_limits<int32_t>::max(), (size_t)1 << 20);
+    models::KvStorage kv(4096, int_max, (size_t)1 << 20);
     FAIL() << "a KV cache of 2^64 bytes was reserved";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), LILIMS_ERR_OUT_OF_MEMORY);
