@@ -14,57 +14,92 @@ const kernels::OpsTable& ops_for(ExecMode mode) {
   return mode == ExecMode::fast ? kernels::ops() : kernels::ops_table(kernels::Isa::ref);
 }
 
-}  // namespace
-
-LlamaContext::LlamaContext(const LlamaModel& model, const ForwardConfig& cfg,
-                           graph::ThreadPool& pool)
-    : model_(model), cfg_(cfg), pool_(pool) {
-  const LlamaHParams& hp = model.hp;
-  if (cfg_.n_ctx <= 0 || cfg_.n_batch <= 0) {
+// The configuration as a context runs it: checked, n_batch capped by n_ctx,
+// the oracle's F32 cache.
+ForwardConfig checked_config(const LlamaHParams& hp, ForwardConfig cfg) {
+  if (cfg.n_ctx <= 0 || cfg.n_batch <= 0) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[llama] n_ctx and n_batch must be positive");
   }
-  cfg_.n_batch = std::min(cfg_.n_batch, cfg_.n_ctx);
-  kv_type_ = cfg_.mode == ExecMode::oracle_f32 ? quant::Type::F32 : cfg_.kv_type;
-  if (kv_type_ == quant::Type::Q8_0 && hp.head_dim % quant::kBlock != 0) {
+  cfg.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
+  if (cfg.mode == ExecMode::oracle_f32) cfg.kv_type = quant::Type::F32;
+  if (cfg.kv_type == quant::Type::Q8_0 && hp.head_dim % quant::kBlock != 0) {
     throw Error(LILIMS_ERR_UNSUPPORTED, "[llama] a Q8_0 KV cache needs a head dimension that is "
                                         "a multiple of 32, not " + std::to_string(hp.head_dim));
   }
-  if (kv_type_ != quant::Type::F32 && kv_type_ != quant::Type::F16 &&
-      kv_type_ != quant::Type::Q8_0) {
+  if (cfg.kv_type != quant::Type::F32 && cfg.kv_type != quant::Type::F16 &&
+      cfg.kv_type != quant::Type::Q8_0) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[llama] the KV cache type must be F32, F16 or Q8_0");
   }
-  kv_row_bytes_ = quant::row_bytes(kv_type_, hp.kv_dim());
-  const size_t cache_bytes = (size_t)hp.n_layer * (size_t)cfg_.n_ctx * kv_row_bytes_;
-  k_cache_.assign(cache_bytes, 0);
-  v_cache_.assign(cache_bytes, 0);
+  return cfg;
+}
 
-  const int half = hp.n_rot / 2;
-  rope_cos_.resize((size_t)cfg_.n_ctx * half);
-  rope_sin_.resize((size_t)cfg_.n_ctx * half);
-  for (int32_t p = 0; p < cfg_.n_ctx; ++p) {
-    kernels::rope_table_f32__ref(p, hp.n_rot, hp.rope_freq_base, &rope_cos_[(size_t)p * half],
-                                 &rope_sin_[(size_t)p * half]);
+// Sizes of one block's activation buffers, in floats: (n_batch, ...).
+struct BlockShapes {
+  size_t x, xb, q, kv, att, ff, rope;
+  BlockShapes(const LlamaHParams& hp, int32_t n_batch) {
+    const size_t nb = (size_t)n_batch, q_dim = (size_t)hp.n_head * hp.head_dim;
+    x = nb * hp.n_embd;
+    xb = nb * std::max<size_t>(hp.n_embd, q_dim);
+    q = nb * q_dim;
+    kv = nb * hp.kv_dim();
+    att = nb * q_dim;
+    ff = nb * hp.n_ff;
+    rope = nb * (hp.n_rot / 2);
   }
+  // x, xb, q, k, v, att, gate, up, rope cos and sin
+  size_t floats() const { return x + xb + q + 2 * kv + att + 2 * ff + 2 * rope; }
+};
 
-  const size_t nb = (size_t)cfg_.n_batch;
-  const size_t q_dim = (size_t)hp.n_head * hp.head_dim;
-  x_.resize(nb * hp.n_embd);
-  xb_.resize(nb * std::max<size_t>(hp.n_embd, q_dim));
-  q_.resize(nb * q_dim);
-  k_.resize(nb * hp.kv_dim());
-  v_.resize(nb * hp.kv_dim());
-  att_.resize(nb * q_dim);
-  gate_.resize(nb * hp.n_ff);
-  up_.resize(nb * hp.n_ff);
-
+size_t attention_scratch_per_thread(const LlamaHParams& hp, const ForwardConfig& cfg) {
   kernels::AttentionArgs probe{};
-  probe.n_q = cfg_.n_batch;
-  probe.pos0 = cfg_.n_ctx - cfg_.n_batch;
-  probe.kv_type = kv_type_;
+  probe.n_q = cfg.n_batch;
+  probe.pos0 = cfg.n_ctx - cfg.n_batch;
+  probe.kv_type = cfg.kv_type;
   probe.n_head = hp.n_head;
   probe.n_head_kv = hp.n_head_kv;
   probe.head_dim = hp.head_dim;
-  attn_scratch_per_thread_ = kernels::attention_scratch_floats(probe);
+  return kernels::attention_scratch_floats(probe);
+}
+
+}  // namespace
+
+ContextFootprint LlamaContext::footprint(const LlamaHParams& hp, const ForwardConfig& config,
+                                         int n_threads) {
+  const ForwardConfig cfg = checked_config(hp, config);
+  ContextFootprint f;
+  f.kv_bytes =
+      KvStorage::bytes_for(hp.n_layer, cfg.n_ctx, quant::row_bytes(cfg.kv_type, hp.kv_dim()));
+  // Matmul activations are at most one float per input (the oracle's; Q8
+  // rows take 34 bytes per 32).
+  const uint64_t max_cols = (uint64_t)std::max({hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim});
+  f.scratch_bytes = sizeof(float) * ((uint64_t)BlockShapes(hp, cfg.n_batch).floats() +
+                                     (uint64_t)attention_scratch_per_thread(hp, cfg) *
+                                         (uint64_t)std::max(1, n_threads) +
+                                     (uint64_t)cfg.n_batch * max_cols);
+  return f;
+}
+
+LlamaContext::LlamaContext(const LlamaModel& model, const ForwardConfig& cfg,
+                           graph::ThreadPool& pool)
+    : model_(model), cfg_(checked_config(model.hp, cfg)), pool_(pool) {
+  const LlamaHParams& hp = model.hp;
+  kv_type_ = cfg_.kv_type;
+  kv_row_bytes_ = quant::row_bytes(kv_type_, hp.kv_dim());
+  kv_ = std::make_unique<KvStorage>(hp.n_layer, cfg_.n_ctx, kv_row_bytes_);
+
+  const BlockShapes b(hp, cfg_.n_batch);
+  x_.resize(b.x);
+  xb_.resize(b.xb);
+  q_.resize(b.q);
+  k_.resize(b.kv);
+  v_.resize(b.kv);
+  att_.resize(b.att);
+  gate_.resize(b.ff);
+  up_.resize(b.ff);
+  rope_cos_.resize(b.rope);
+  rope_sin_.resize(b.rope);
+
+  attn_scratch_per_thread_ = attention_scratch_per_thread(hp, cfg_);
   attn_scratch_.resize(attn_scratch_per_thread_ * (size_t)pool_.size());
 }
 
@@ -85,9 +120,8 @@ void LlamaContext::matmul(const Weight& w, const float* x, int64_t n, float* y) 
 void LlamaContext::store_kv(int layer, int32_t pos, const float* k, const float* v) {
   const kernels::OpsTable& ops = ops_for(cfg_.mode);
   const int64_t kv_dim = model_.hp.kv_dim();
-  const size_t off = ((size_t)layer * cfg_.n_ctx + (size_t)pos) * kv_row_bytes_;
-  uint8_t* kd = k_cache_.data() + off;
-  uint8_t* vd = v_cache_.data() + off;
+  uint8_t* kd = kv_->k(layer) + (size_t)pos * kv_row_bytes_;
+  uint8_t* vd = kv_->v(layer) + (size_t)pos * kv_row_bytes_;
   if (kv_type_ == quant::Type::F32) {
     std::memcpy(kd, k, (size_t)kv_dim * sizeof(float));
     std::memcpy(vd, v, (size_t)kv_dim * sizeof(float));
@@ -109,6 +143,7 @@ void LlamaContext::forward(const int32_t* tokens, int32_t n, int32_t pos0, float
                                              " do not fit a context of " +
                                              std::to_string(cfg_.n_ctx));
   }
+  kv_->mark_used(pos0 + n);
   const int64_t n_vocab = model_.hp.n_vocab;
   for (int32_t done = 0; done < n; done += cfg_.n_batch) {
     const int32_t m = std::min(cfg_.n_batch, n - done);
@@ -131,7 +166,11 @@ void LlamaContext::block(const int32_t* tokens, int32_t m, int32_t pos0, float* 
   const int64_t d = hp.n_embd, q_dim = (int64_t)hp.n_head * hp.head_dim, kv_dim = hp.kv_dim();
   const int half = hp.n_rot / 2;
 
-  for (int32_t t = 0; t < m; ++t) dequantize_row(model_.tok_embd, tokens[t], &x_[(size_t)t * d]);
+  for (int32_t t = 0; t < m; ++t) {
+    dequantize_row(model_.tok_embd, tokens[t], &x_[(size_t)t * d]);
+    kernels::rope_table_f32__ref(pos0 + t, hp.n_rot, hp.rope_freq_base,
+                                 &rope_cos_[(size_t)t * half], &rope_sin_[(size_t)t * half]);
+  }
 
   kernels::AttentionArgs args{};
   args.q = q_.data();
@@ -158,15 +197,14 @@ void LlamaContext::block(const int32_t* tokens, int32_t m, int32_t pos0, float* 
     matmul(L.wk, xb_.data(), m, k_.data());
     matmul(L.wv, xb_.data(), m, v_.data());
     for (int32_t t = 0; t < m; ++t) {
-      const float* c = &rope_cos_[(size_t)(pos0 + t) * half];
-      const float* s = &rope_sin_[(size_t)(pos0 + t) * half];
+      const float* c = &rope_cos_[(size_t)t * half];
+      const float* s = &rope_sin_[(size_t)t * half];
       ops.rope(&q_[(size_t)t * q_dim], hp.n_head, hp.head_dim, hp.n_rot, c, s, true);
       ops.rope(&k_[(size_t)t * kv_dim], hp.n_head_kv, hp.head_dim, hp.n_rot, c, s, true);
       store_kv(l, pos0 + t, &k_[(size_t)t * kv_dim], &v_[(size_t)t * kv_dim]);
     }
-    const size_t layer_off = (size_t)l * cfg_.n_ctx * kv_row_bytes_;
-    args.k = k_cache_.data() + layer_off;
-    args.v = v_cache_.data() + layer_off;
+    args.k = kv_->k(l);
+    args.v = kv_->v(l);
     // Tasks = (part of a kv group) x (block of query tokens): a task's heads
     // share one kv head, so the kernel reads and converts each K/V row once
     // for all of them.  Groups are split in two only when whole groups would

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "graph/matmul.h"
+#include "models/kv_storage.h"
 #include "models/llama.h"
 #include "quant/quant.h"
 
@@ -28,11 +30,27 @@ struct ForwardConfig {
   quant::Type kv_type = quant::Type::F16;
 };
 
-// One sequence's state: KV cache, scratch, RoPE tables.  Allocated once;
-// forward() allocates nothing.
+// What a context takes, known before it is built.
+struct ContextFootprint {
+  uint64_t kv_bytes = 0;       // K and V once every position is written
+  uint64_t scratch_bytes = 0;  // one block's activations, RoPE rows, attention, matmul
+  uint64_t total() const {  // saturating, as kv_bytes may be UINT64_MAX
+    return kv_bytes > UINT64_MAX - scratch_bytes ? UINT64_MAX : kv_bytes + scratch_bytes;
+  }
+};
+
+// One sequence's state: KV cache and scratch.  Allocated once; forward()
+// allocates nothing.  The KV cache becomes resident as positions are
+// written (models/kv_storage.h).
 class LlamaContext {
  public:
   LlamaContext(const LlamaModel& model, const ForwardConfig& cfg, graph::ThreadPool& pool);
+
+  // The memory a context for (hp, cfg) on n_threads threads takes once its
+  // cache is full.  Throws lilims::Error for a configuration the
+  // constructor would refuse.
+  static ContextFootprint footprint(const LlamaHParams& hp, const ForwardConfig& cfg,
+                                    int n_threads);
 
   // Runs tokens[0..n) at positions pos0..pos0+n-1 (pos0 + n <= n_ctx; the
   // cache must hold positions [0, pos0)).  logits receives n_vocab floats for
@@ -42,7 +60,10 @@ class LlamaContext {
 
   int32_t n_ctx() const { return cfg_.n_ctx; }
   const ForwardConfig& config() const { return cfg_; }
-  size_t kv_bytes() const { return k_cache_.size() + v_cache_.size(); }
+  size_t kv_bytes() const { return kv_->bytes(); }
+  // The sequence now keeps only positions [0, n_keep): the cache pages that
+  // held nothing else go back to the system.
+  void release_from(int32_t n_keep) { kv_->release_from(n_keep); }
 
  private:
   void block(const int32_t* tokens, int32_t n, int32_t pos0, float* logits, bool all_logits);
@@ -55,8 +76,10 @@ class LlamaContext {
   graph::MatmulScratch mm_scratch_;
   quant::Type kv_type_;
   size_t kv_row_bytes_ = 0;  // bytes of one position's K (or V) in one layer
-  std::vector<uint8_t> k_cache_, v_cache_;  // (n_layer, n_ctx, n_head_kv, head_dim) of kv_type_
-  std::vector<float> rope_cos_, rope_sin_;  // (n_ctx, n_rot / 2)
+  std::unique_ptr<KvStorage> kv_;  // K, V: (n_layer, n_ctx, n_head_kv, head_dim) of kv_type_
+  // RoPE rows of the block's positions, (n_batch, n_rot / 2): computed per
+  // block, as a table for the whole context would grow with n_ctx.
+  std::vector<float> rope_cos_, rope_sin_;
   // scratch for one block: (n_batch, ...)
   std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> attn_scratch_;  // per thread

@@ -271,6 +271,7 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
       }
       opt.n_ctx = params->n_ctx;
       opt.n_threads = params->n_threads;
+      opt.allow_ctx_beyond_train = params->allow_ctx_beyond_train != 0;
     }
     auto s = std::make_unique<lilims_session>();
     s->impl = std::make_unique<Session>(*model->impl, opt);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/memory_info.h"
 #include "runtime/json_constraint.h"
 #include "tokenizer/chat.h"
 
@@ -13,6 +14,31 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int resolve_threads(const SessionOptions& opt) {
+  return opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+}
+
+models::ForwardConfig forward_config(const Model& model, const SessionOptions& opt) {
+  models::ForwardConfig cfg;
+  cfg.mode = opt.mode;
+  cfg.kv_type = opt.kv_type;
+  cfg.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
+  const int32_t n_train = model.hparams().n_ctx_train;
+  cfg.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(n_train, 4096);
+  if (cfg.n_ctx > n_train && !opt.allow_ctx_beyond_train) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[session] n_ctx " + std::to_string(cfg.n_ctx) + " is beyond the " +
+                    std::to_string(n_train) +
+                    " positions the model was trained for; to run it anyway set "
+                    "allow_ctx_beyond_train (CLI: --ctx-beyond-train)");
+  }
+  return cfg;
+}
+
+std::string mib(uint64_t bytes) {
+  return std::to_string((bytes + (1u << 19)) >> 20) + " MiB";
 }
 
 }  // namespace
@@ -45,19 +71,25 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
   return m;
 }
 
+uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt) {
+  const models::ContextFootprint f = models::LlamaContext::footprint(
+      model.hparams(), forward_config(model, opt), resolve_threads(opt));
+  const uint64_t logits = (uint64_t)model.hparams().n_vocab * sizeof(float);
+  return f.total() > UINT64_MAX - logits ? UINT64_MAX : f.total() + logits;
+}
+
 Session::Session(const Model& model, const SessionOptions& opt) : model_(model) {
-  int threads = opt.n_threads;
-  if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
-  pool_ = std::make_unique<graph::ThreadPool>(threads);
-  models::ForwardConfig cfg;
-  cfg.mode = opt.mode;
-  cfg.kv_type = opt.kv_type;
-  cfg.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
-  cfg.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(model.hparams().n_ctx_train, 4096);
-  if (cfg.n_ctx > (1 << 20)) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] n_ctx " + std::to_string(cfg.n_ctx) +
-                                                 " is too large");
+  const models::ForwardConfig cfg = forward_config(model, opt);
+  // The whole cache counts, though it becomes resident only as tokens fill
+  // it: a context the machine cannot hold would fail later, mid-chat.
+  const uint64_t need = session_memory_estimate(model, opt), avail = available_memory_bytes();
+  if (avail > 0 && need > avail) {
+    throw Error(LILIMS_ERR_OUT_OF_MEMORY,
+                "[session] a context of " + std::to_string(cfg.n_ctx) + " tokens needs " +
+                    std::to_string(need) + " bytes (" + mib(need) + ") but " +
+                    std::to_string(avail) + " bytes (" + mib(avail) + ") are available");
   }
+  pool_ = std::make_unique<graph::ThreadPool>(resolve_threads(opt));
   try {
     ctx_ = std::make_unique<models::LlamaContext>(model.llama(), cfg, *pool_);
   } catch (const std::bad_alloc&) {
@@ -68,6 +100,7 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
 }
 
 void Session::reset() {
+  ctx_->release_from(0);
   tokens_.clear();
   has_logits_ = false;
   cancel_.store(false);
@@ -80,6 +113,7 @@ void Session::truncate(int32_t n) {
                                                  " tokens to " + std::to_string(n));
   }
   tokens_.resize((size_t)n);
+  ctx_->release_from(n);
   has_logits_ = false;
 }
 

@@ -53,7 +53,16 @@ struct SessionOptions {
   int32_t n_batch = 64;
   models::ExecMode mode = models::ExecMode::fast;
   quant::Type kv_type = quant::Type::F16;
+  // n_ctx beyond the model's training context: refused unless set, as
+  // positions the model never saw give poor text rather than an error.
+  bool allow_ctx_beyond_train = false;
 };
+
+// Bytes a session with these options takes once its context is full (KV
+// cache, scratch, logits; the model's weights are not included), as the
+// Session constructor computes it before allocating.  Throws lilims::Error
+// for options the constructor would refuse for other reasons than memory.
+uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt);
 
 enum class StopReason { max_tokens = 0, end_of_generation = 1, callback = 2, context_full = 3,
                         cancelled = 4 };
@@ -81,6 +90,10 @@ struct GenerateResult {
 
 class Session {
  public:
+  // Throws LILIMS_ERR_INVALID_ARGUMENT for n_ctx beyond the training context
+  // unless opt.allow_ctx_beyond_train, and LILIMS_ERR_OUT_OF_MEMORY, before
+  // allocating, when session_memory_estimate() exceeds the memory available
+  // (base/memory_info.h).  The KV cache becomes resident as tokens fill it.
   Session(const Model& model, const SessionOptions& opt);
 
   // Appends tokens to the sequence and runs them; throws LILIMS_ERR_CONTEXT_FULL
@@ -98,6 +111,7 @@ class Session {
   // Same, from token ids already tokenized.
   GenerateResult generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& opt);
 
+  // Both give the KV cache pages of the dropped tokens back to the system.
   void reset();
   // Keeps the first n tokens of the sequence (and their KV rows); the next
   // eval continues at position n.  No logits until the next eval.

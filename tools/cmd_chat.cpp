@@ -23,7 +23,7 @@ void usage() {
                "  reads one user message per line from stdin; an empty line or EOF ends.\n"
                "  -n N (max tokens per answer, default 512), --template NAME, --temp T,\n"
                "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S,\n"
-               "  -t THREADS, -c CTX, --exec fast|ref|oracle\n");
+               "  -t THREADS, -c CTX, --ctx-beyond-train, --exec fast|ref|oracle\n");
 }
 
 int chat_main(int argc, char** argv) {

@@ -31,6 +31,7 @@ void usage() {
                "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
                "  -t, --threads N        threads (default: all cores)\n"
                "  -c, --ctx N            context length (default: the model's, up to 4096)\n"
+               "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
                "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"
                "  -q, --quiet            no statistics on stderr\n");
 }

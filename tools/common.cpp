@@ -20,6 +20,8 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
   } else if (a == "-c" || a == "--ctx") {
     n_ctx = (int32_t)cli::parse_int("-c", next());
     if (n_ctx < 1) throw std::invalid_argument("-c must be positive");
+  } else if (a == "--ctx-beyond-train") {
+    ctx_beyond_train = true;
   } else if (a == "--exec") {
     const std::string m = next();
     if (m == "fast") mode = models::ExecMode::fast;
@@ -46,6 +48,7 @@ runtime::SessionOptions CommonArgs::session_options() const {
   o.n_ctx = n_ctx;
   o.mode = mode;
   o.kv_type = kv_type;
+  o.allow_ctx_beyond_train = ctx_beyond_train;
   return o;
 }
 

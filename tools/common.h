@@ -17,8 +17,10 @@ struct CommonArgs {
   models::ExecMode mode = models::ExecMode::fast;
   bool use_mmap = true;
   quant::Type kv_type = quant::Type::F16;
+  bool ctx_beyond_train = false;
 
-  // Consumes -m/-t/-c/--exec/--no-mmap; `next` returns the option's value.
+  // Consumes -m/-t/-c/--ctx-beyond-train/--exec/--kv-type/--no-mmap; `next`
+  // returns the option's value.
   bool parse(const std::string& arg, const std::function<const char*()>& next);
   runtime::SessionOptions session_options() const;
 };

@@ -129,10 +129,17 @@ typedef struct lilims_session_params {
   size_t struct_size; /* sizeof(lilims_session_params) */
   int32_t n_ctx;      /* context length in tokens; 0 = the model's, capped at 4096 */
   int32_t n_threads;  /* 0 = all cores */
+  /* Nonzero: accept an n_ctx above the model's n_ctx_train (else
+   * LILIMS_ERR_INVALID_ARGUMENT). */
+  int32_t allow_ctx_beyond_train;
 } lilims_session_params;
 
 lilims_session_params lilims_session_default_params(void);
 
+/* LILIMS_ERR_OUT_OF_MEMORY, before allocating, when the session's KV cache
+ * and scratch for n_ctx would not fit the memory the machine has available.
+ * The KV cache becomes resident as tokens fill it, and
+ * lilims_session_reset gives those pages back. */
 lilims_status lilims_session_create(lilims_model *model, const lilims_session_params *params,
                                     lilims_session **out_session);
 void lilims_session_free(lilims_session *session);

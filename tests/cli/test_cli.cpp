@@ -512,6 +512,22 @@ TEST(CliErrors, PromptLongerThanContext) {
   EXPECT_NE(first_line(r.err).find("16"), std::string::npos) << "names the context size";
 }
 
+// stories260K was trained for 2048 positions: -c 2049 needs
+// --ctx-beyond-train, and a context whose KV cache no machine holds is
+// refused before anything is allocated.
+TEST(CliErrors, ContextBeyondTrainingOrMemory) {
+  REQUIRE_STORIES();
+  expect_failure(run({"run", "-m", stories_gguf(), "-c", "2049", "-p", "hi", "-n", "4", "-t", "1"}),
+                 "run", "--ctx-beyond-train");
+  const Result ok = run({"run", "-m", stories_gguf(), "-c", "2049", "--ctx-beyond-train", "-p",
+                         "hi", "-n", "4", "-t", "1", "-q"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+  EXPECT_FALSE(ok.out.empty()) << ok.describe();
+  const Result big = run({"run", "-m", stories_gguf(), "-c", "2147483647", "--ctx-beyond-train",
+                          "-p", "hi", "-n", "4", "-t", "1"});
+  expect_failure(big, "run", "available");
+}
+
 TEST(CliErrors, InvalidUtf8PromptStories) {
   REQUIRE_STORIES();
   for (const std::string p : {"\xff\xfe", "caf\xc3", "\xc0\xaf overlong",

@@ -1,0 +1,16 @@
+// What the machine can give this process, asked in one place so that a
+// platform with a better answer (Apple's os_proc_available_memory, Android's
+// ActivityManager limits) changes this file only.
+#pragma once
+
+#include <cstdint>
+
+namespace lilims {
+
+// Bytes this process can still commit without the system having to swap or
+// kill something: Linux's MemAvailable (lowered by a cgroup limit when one
+// is set), else the physical memory size.  0 when nothing can be learnt,
+// which callers read as "do not know", not as "no memory".
+uint64_t available_memory_bytes();
+
+}  // namespace lilims
