@@ -93,6 +93,7 @@ const char* lilims_status_name(lilims_status status) {
     case LILIMS_ERR_CONTEXT_FULL: return "context full";
     case LILIMS_ERR_CANCELLED: return "cancelled";
     case LILIMS_ERR_INTERNAL: return "internal error";
+    case LILIMS_ERR_BUSY: return "busy";
   }
   return "unknown status";
 }

@@ -9,33 +9,41 @@ bool JsonPrefix::feed(std::string_view bytes) {
   return true;
 }
 
-int JsonPrefix::min_completion() const {
-  const int closers = depth_;
-  const int key_rest = 2;  // ':' and a one-byte value ("0") after a key's closing quote
+std::string JsonPrefix::completion() const {
+  std::string out;
+  const char* key_rest = string_is_key_ ? ":0" : "";
   switch (state_) {
-    case St::done: return 0;
-    case St::value: return depth_ == 0 ? (root_object_ ? 2 : 1) : 1 + closers;  // "{}" or "0"
+    case St::done: return out;
+    case St::value:
+      // At the top level a number only ends at a following byte, so a bare
+      // top-level value closes fastest as "" (two bytes, like "{}").
+      if (depth_ == 0) return root_object_ ? "{}" : "\"\"";
+      out = "0";
+      break;
     case St::value_or_end:
     case St::key_or_end:
-    case St::after_value: return closers;
-    case St::key: return 4 + closers;    // "":0
-    case St::colon: return 2 + closers;  // :0
-    case St::string: return 1 + (string_is_key_ ? key_rest : 0) + closers;
-    case St::escape: return 2 + (string_is_key_ ? key_rest : 0) + closers;
-    case St::unicode: return hex_left_ + 1 + (string_is_key_ ? key_rest : 0) + closers;
-    case St::utf8: return utf8_left_ + 1 + (string_is_key_ ? key_rest : 0) + closers;
+    case St::after_value: break;
+    case St::key: out = "\"\":0"; break;
+    case St::colon: out = ":0"; break;
+    case St::string: out = std::string("\"") + key_rest; break;
+    case St::escape: out = std::string("\"\"") + key_rest; break;  // \" then the closing quote
+    case St::unicode: out = std::string(hex_left_, '0') + "\"" + key_rest; break;
+    case St::utf8:
+      out.push_back((char)utf8_lo_);
+      out.append((size_t)utf8_left_ - 1, (char)0x80);
+      out += std::string("\"") + key_rest;
+      break;
     case St::number: {
       const bool needs_digit = num_ == Num::minus || num_ == Num::dot || num_ == Num::exp ||
                                num_ == Num::exp_sign;
-      return (needs_digit ? 1 : 0) + closers;
+      if (needs_digit) out = "0";
+      if (depth_ == 0) out += ' ';
+      break;
     }
-    case St::literal: {
-      int n = 0;
-      while (literal_[n]) ++n;
-      return n + closers;
-    }
+    case St::literal: out = literal_; break;
   }
-  return closers;
+  for (int d = depth_ - 1; d >= 0; --d) out += stack_[d] == '{' ? '}' : ']';
+  return out;
 }
 
 bool JsonPrefix::whitespace(uint8_t c) {
@@ -238,6 +246,26 @@ bool JsonPrefix::feed_byte(uint8_t c) {
       return false;  // handled above
   }
   return false;
+}
+
+}  // namespace lilims::runtime
+
+namespace lilims::runtime {
+
+JsonClosers::JsonClosers(const std::vector<std::string>& pieces) {
+  for (int32_t& t : byte_token_) t = -1;
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    const std::string& p = pieces[id];
+    if (p.size() == 1 && byte_token_[(uint8_t)p[0]] < 0) byte_token_[(uint8_t)p[0]] = (int32_t)id;
+  }
+}
+
+int JsonClosers::tokens_to_close(const JsonPrefix& p) const {
+  const std::string c = p.completion();
+  for (char b : c) {
+    if (byte_token_[(uint8_t)b] < 0) return kUnreachable;
+  }
+  return (int)c.size();
 }
 
 }  // namespace lilims::runtime

@@ -37,7 +37,8 @@ typedef enum lilims_status {
   LILIMS_ERR_OUT_OF_MEMORY = 6,
   LILIMS_ERR_CONTEXT_FULL = 7,     /* the tokens do not fit the session's context */
   LILIMS_ERR_CANCELLED = 8,        /* lilims_session_cancel was called */
-  LILIMS_ERR_INTERNAL = 9
+  LILIMS_ERR_INTERNAL = 9,
+  LILIMS_ERR_BUSY = 10             /* another call is running on the same session */
 } lilims_status;
 
 typedef struct lilims_model lilims_model;
