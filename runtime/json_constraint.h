@@ -31,6 +31,9 @@ class JsonPrefix {
   std::string completion() const;
   int min_completion() const { return (int)completion().size(); }
 
+  // Same state: the same bytes are accepted from here on.
+  bool operator==(const JsonPrefix& o) const;
+
   static constexpr int kMaxDepth = 32;        // deeper nesting is refused
   static constexpr int kMaxWhitespaceRun = 2;  // keeps a model from padding forever
   // Exponents of at most two digits: |x| < 1e100 fits a double, so every
@@ -48,6 +51,8 @@ class JsonPrefix {
     string,       // inside a string (key or value)
     escape,       // after a backslash
     unicode,      // in \uXXXX (hex_left digits to go)
+    low_escape,   // after a high surrogate's \uD8XX-\uDBXX: the '\\' of its low half
+    low_u,        // the 'u' of the low half
     utf8,         // inside a multi-byte UTF-8 sequence in a string
     number,       // inside a number (num_ says where)
     literal,      // inside true/false/null
@@ -64,6 +69,10 @@ class JsonPrefix {
   St state_ = St::value;
   bool string_is_key_ = false;
   uint8_t hex_left_ = 0;
+  // In \uXXXX: plain, first digit D (maybe a surrogate), or a high surrogate.
+  enum class Hex : uint8_t { plain, d, high };
+  Hex hex_kind_ = Hex::plain;
+  bool want_low_ = false;    // the \u being read must be a low surrogate (DC00-DFFF)
   uint8_t utf8_left_ = 0;
   uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // allowed range of the next continuation byte
   Num num_ = Num::minus;
