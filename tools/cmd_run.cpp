@@ -96,14 +96,27 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
     }
     gen.parse_special = true;  // the template (or a raw prompt) may spell special tokens
-    gen.on_token = [](int32_t, const std::string& piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      return false;
-    };
-    if (gen.max_tokens == 0) return 0;  // nothing asked for
+    // A JSON object is printed only once it is complete, so a failure never
+    // leaves half a value on stdout.
+    if (!gen.json) {
+      gen.on_token = [](int32_t, const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return false;
+      };
+    }
+    if (gen.max_tokens == 0) {
+      if (gen.json) return cli::fail("run", "-n 0 leaves no room for a JSON object");
+      return 0;  // nothing asked for
+    }
     if (gen.max_tokens < 0) gen.max_tokens = 0;  // the runtime's "no limit"
     const runtime::GenerateResult r = session.generate(text, gen);
+    if (gen.json) {
+      if (r.stop != runtime::StopReason::end_of_generation) {
+        return cli::fail("run", "the JSON output did not close");
+      }
+      std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+    }
     std::fputc('\n', stdout);
     if (r.stop == runtime::StopReason::context_full) {
       std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge)\n",
