@@ -55,7 +55,7 @@ void chatml(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
     if (i == 0 && msgs[0].role != "system") {
       out.markup("<|im_start|>system\n").markup(kSmolLM2DefaultSystem).markup("<|im_end|>\n");
     }
-    out.markup("<|im_start|>").text(msgs[i].role).markup("\n").text(msgs[i].content);
+    out.markup("<|im_start|>" + msgs[i].role + "\n").text(msgs[i].content);
     out.markup("<|im_end|>\n");
   }
   if (gen) out.markup("<|im_start|>assistant\n");
@@ -103,21 +103,21 @@ void llama2(const std::vector<ChatMessage>& msgs, bool, Builder& out) {
 
 void zephyr(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
   for (const ChatMessage& m : msgs) {
-    out.markup("<|").text(m.role).markup("|>\n").text(m.content).markup("</s>\n");
+    out.markup("<|" + m.role + "|>\n").text(m.content).markup("</s>\n");
   }
   if (gen) out.markup("<|assistant|>\n");
 }
 
 void phi3(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
   for (const ChatMessage& m : msgs) {
-    out.markup("<|").text(m.role).markup("|>\n").text(m.content).markup("<|end|>\n");
+    out.markup("<|" + m.role + "|>\n").text(m.content).markup("<|end|>\n");
   }
   if (gen) out.markup("<|assistant|>\n");
 }
 
 void llama3(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
   for (const ChatMessage& m : msgs) {
-    out.markup("<|start_header_id|>").text(m.role).markup("<|end_header_id|>\n\n");
+    out.markup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
     out.text(trim(m.content)).markup("<|eot_id|>");
   }
   if (gen) out.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");

@@ -31,8 +31,8 @@ std::string detect_chat_template(const std::string& jinja);
 std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt);
 
-// A piece of the formatted conversation: the template's markup (which may
-// spell special tokens) or text from the messages (roles, contents).
+// A piece of the formatted conversation: the template's markup with the
+// roles (phi3's "<|user|>" is one special token) or a message's content.
 struct ChatSegment {
   std::string text;
   bool markup;
