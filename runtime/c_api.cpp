@@ -14,12 +14,15 @@ using lilims::Error;
 using lilims::runtime::Model;
 using lilims::runtime::Session;
 
+// The app's reference to a model; each session holds another, so the
+// weights live until lilims_model_free and the last lilims_session_free.
 struct lilims_model {
-  std::unique_ptr<Model> impl;
+  std::shared_ptr<const Model> impl;
   uint64_t file_bytes = 0;
 };
 
 struct lilims_session {
+  std::shared_ptr<const Model> model;  // declared first: outlives impl
   std::unique_ptr<Session> impl;
 };
 
@@ -57,6 +60,11 @@ lilims_status null_arg(const char* fn, const char* what) {
 lilims_status copy_out(const char* fn, const std::string& s, char* out, size_t capacity,
                        size_t* out_len, bool nul) {
   if (out_len) *out_len = s.size();
+  if (!out && capacity > 0) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[") + fn +
+                                                      "] the buffer is NULL but its capacity is " +
+                                                      std::to_string(capacity));
+  }
   const size_t need = s.size() + (nul ? 1 : 0);
   if (need > capacity) {
     return set_error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[") + fn + "] buffer of " +
@@ -93,6 +101,7 @@ const char* lilims_status_name(lilims_status status) {
     case LILIMS_ERR_CONTEXT_FULL: return "context full";
     case LILIMS_ERR_CANCELLED: return "cancelled";
     case LILIMS_ERR_INTERNAL: return "internal error";
+    case LILIMS_ERR_BUSY: return "busy";
   }
   return "unknown status";
 }
@@ -127,7 +136,7 @@ lilims_status lilims_model_open(const char* path, const lilims_model_params* par
       opt.use_mmap = params->use_mmap != 0;
     }
     auto m = std::make_unique<lilims_model>();
-    m->impl = Model::open(path, opt);
+    m->impl = std::shared_ptr<const Model>(Model::open(path, opt));
     m->file_bytes = m->impl->llama().file->file_size();
     *out_model = m.release();
     return LILIMS_OK;
@@ -178,7 +187,11 @@ lilims_status lilims_tokenize(const lilims_model* model, const char* text, size_
     const auto ids = model->impl->tokenizer().encode(std::string_view(text ? text : "", text_len),
                                                      add_bos != 0, parse_special != 0);
     *out_count = ids.size();
-    if (ids.size() > capacity || (!out_tokens && !ids.empty())) {
+    if (!out_tokens && capacity > 0) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[tokenize] out_tokens is NULL but its "
+                                                    "capacity is " + std::to_string(capacity));
+    }
+    if (ids.size() > capacity) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[tokenize] room for " +
                                                         std::to_string(capacity) + " tokens, " +
                                                         std::to_string(ids.size()) + " needed");
@@ -246,6 +259,49 @@ lilims_status lilims_chat_apply_template(const lilims_model* model, const char* 
   });
 }
 
+lilims_status lilims_chat_tokenize(const lilims_model* model, const char* template_name,
+                                   const lilims_chat_message* messages, size_t n_messages,
+                                   int32_t add_generation_prompt, int32_t add_bos,
+                                   int32_t special_in_messages, lilims_token* out_tokens,
+                                   size_t capacity, size_t* out_count) {
+  if (!model) return null_arg("chat_tokenize", "model");
+  if (!messages && n_messages) return null_arg("chat_tokenize", "messages");
+  if (!out_count) return null_arg("chat_tokenize", "out_count");
+  return guarded([&] {
+    *out_count = 0;
+    const std::string name = template_name ? template_name : model->impl->chat_template();
+    if (name.empty()) {
+      return set_error(LILIMS_ERR_UNSUPPORTED,
+                       "[chat_tokenize] the model has no chat template lilims knows; "
+                       "name one (chatml, llama2, zephyr, phi3, llama3)");
+    }
+    std::vector<lilims::tok::ChatMessage> msgs;
+    for (size_t i = 0; i < n_messages; ++i) {
+      if (!messages[i].role || !messages[i].content) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[chat_tokenize] message " +
+                                                          std::to_string(i) +
+                                                          " has a NULL role or content");
+      }
+      msgs.push_back({messages[i].role, messages[i].content});
+    }
+    const auto ids =
+        lilims::tok::encode_chat(model->impl->tokenizer(), name, msgs, add_generation_prompt != 0,
+                                 add_bos != 0, special_in_messages != 0);
+    *out_count = ids.size();
+    if (!out_tokens && capacity > 0) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[chat_tokenize] out_tokens is NULL but its "
+                                                    "capacity is " + std::to_string(capacity));
+    }
+    if (ids.size() > capacity) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[chat_tokenize] room for " +
+                                                        std::to_string(capacity) + " tokens, " +
+                                                        std::to_string(ids.size()) + " needed");
+    }
+    if (!ids.empty()) std::memcpy(out_tokens, ids.data(), ids.size() * sizeof(lilims_token));
+    return LILIMS_OK;
+  });
+}
+
 lilims_session_params lilims_session_default_params(void) {
   lilims_session_params p;
   std::memset(&p, 0, sizeof p);
@@ -274,7 +330,8 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
       opt.allow_ctx_beyond_train = params->allow_ctx_beyond_train != 0;
     }
     auto s = std::make_unique<lilims_session>();
-    s->impl = std::make_unique<Session>(*model->impl, opt);
+    s->model = model->impl;
+    s->impl = std::make_unique<Session>(*s->model, opt);
     *out_session = s.release();
     return LILIMS_OK;
   });
@@ -284,12 +341,20 @@ void lilims_session_free(lilims_session* session) { delete session; }
 
 lilims_status lilims_session_reset(lilims_session* session) {
   if (!session) return null_arg("session_reset", "session");
-  session->impl->reset();
-  return LILIMS_OK;
+  return guarded([&] {
+    session->impl->reset();
+    return LILIMS_OK;
+  });
 }
 
 int32_t lilims_session_n_past(const lilims_session* session) {
-  return session ? session->impl->n_past() : 0;
+  if (!session) return 0;
+  try {
+    const Session::Call call(*session->impl);
+    return session->impl->n_past();
+  } catch (const Error&) {
+    return -1;  // busy
+  }
 }
 
 int32_t lilims_session_n_ctx(const lilims_session* session) {
@@ -307,8 +372,13 @@ lilims_status lilims_session_eval(lilims_session* session, const lilims_token* t
 }
 
 const float* lilims_session_logits(const lilims_session* session) {
-  if (!session || !session->impl->has_logits()) return nullptr;
-  return session->impl->logits().data();
+  if (!session) return nullptr;
+  try {
+    const Session::Call call(*session->impl);
+    return session->impl->has_logits() ? session->impl->logits().data() : nullptr;
+  } catch (const Error&) {
+    return nullptr;  // busy
+  }
 }
 
 lilims_sampling_params lilims_sampling_default_params(void) {

@@ -68,6 +68,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
   for (int32_t i = 0; i < m->tokenizer_->n_vocab(); ++i) {
     if (!m->tokenizer_->is_control(i)) m->pieces_[(size_t)i] = m->tokenizer_->token_to_piece(i);
   }
+  m->json_closers_ = std::make_unique<JsonClosers>(m->pieces_);
   return m;
 }
 
@@ -99,14 +100,35 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
   logits_.resize((size_t)model.hparams().n_vocab);
 }
 
+Session::Call::Call(Session& s) : s_(s) {
+  uint32_t idle = 0;
+  if (!s_.state_.compare_exchange_strong(idle, kBusy, std::memory_order_acquire)) {
+    throw Error(LILIMS_ERR_BUSY, "[session] another call is running on this session; a session "
+                                 "is used by one thread at a time");
+  }
+}
+
+Session::Call::~Call() { s_.state_.store(0, std::memory_order_release); }
+
+void Session::cancel() {
+  uint32_t v = state_.load(std::memory_order_relaxed);
+  while ((v & kBusy) && !state_.compare_exchange_weak(v, v | kCancel, std::memory_order_release)) {
+  }
+}
+
 void Session::reset() {
+  Call call(*this);
   ctx_->release_from(0);
   tokens_.clear();
   has_logits_ = false;
-  cancel_.store(false);
 }
 
 void Session::truncate(int32_t n) {
+  Call call(*this);
+  truncate_impl(n);
+}
+
+void Session::truncate_impl(int32_t n) {
   if (n < 0 || n > (int32_t)tokens_.size()) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] cannot truncate " +
                                                  std::to_string(tokens_.size()) +
@@ -119,6 +141,7 @@ void Session::truncate(int32_t n) {
 
 GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full_prompt,
                                                 const GenerateOptions& opt) {
+  Call call(*this);
   size_t common = 0;
   while (common < tokens_.size() && common < full_prompt.size() &&
          tokens_[common] == full_prompt[common]) {
@@ -126,15 +149,20 @@ GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full
   }
   // At least one token must run to give logits to sample from.
   if (common == full_prompt.size() && common > 0) --common;
-  truncate((int32_t)common);
-  GenerateResult r = generate_tokens(
-      std::vector<int32_t>(full_prompt.begin() + (ptrdiff_t)common, full_prompt.end()), opt);
+  GenerateResult r = generate_impl(
+      common, std::vector<int32_t>(full_prompt.begin() + (ptrdiff_t)common, full_prompt.end()),
+      opt);
   r.n_prompt_tokens = (int32_t)full_prompt.size();
   return r;
 }
 
-void Session::check_tokens(const std::vector<int32_t>& tokens) const {
-  check_fits(tokens.size());
+void Session::check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const {
+  if (n_past + tokens.size() > (size_t)ctx_->n_ctx()) {
+    throw Error(LILIMS_ERR_CONTEXT_FULL,
+                "[session] " + std::to_string(tokens.size()) + " tokens do not fit: " +
+                    std::to_string(n_past) + " of " + std::to_string(ctx_->n_ctx()) +
+                    " positions are in use");
+  }
   const int32_t n_vocab = model_.hparams().n_vocab;
   for (int32_t t : tokens) {
     if (t < 0 || t >= n_vocab) {
@@ -145,20 +173,16 @@ void Session::check_tokens(const std::vector<int32_t>& tokens) const {
   }
 }
 
-void Session::check_fits(size_t n) const {
-  if (tokens_.size() + n > (size_t)ctx_->n_ctx()) {
-    throw Error(LILIMS_ERR_CONTEXT_FULL,
-                "[session] " + std::to_string(n) + " tokens do not fit: " +
-                    std::to_string(tokens_.size()) + " of " + std::to_string(ctx_->n_ctx()) +
-                    " positions are in use");
-  }
+void Session::eval(const std::vector<int32_t>& tokens) {
+  Call call(*this);
+  eval_impl(tokens);
 }
 
-void Session::eval(const std::vector<int32_t>& tokens) {
-  check_tokens(tokens);
+void Session::eval_impl(const std::vector<int32_t>& tokens) {
+  check_tokens(tokens_.size(), tokens);
   const int32_t step = ctx_->config().n_batch;
   for (size_t done = 0; done < tokens.size(); done += (size_t)step) {
-    if (cancel_.exchange(false)) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
+    if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
     const int32_t m = (int32_t)std::min<size_t>((size_t)step, tokens.size() - done);
     ctx_->forward(tokens.data() + done, m, (int32_t)tokens_.size(), logits_.data(), false);
     tokens_.insert(tokens_.end(), tokens.begin() + (ptrdiff_t)done,
@@ -168,7 +192,8 @@ void Session::eval(const std::vector<int32_t>& tokens) {
 }
 
 void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
-  check_tokens(tokens);
+  Call call(*this);
+  check_tokens(tokens_.size(), tokens);
   const int32_t n_vocab = model_.hparams().n_vocab;
   logits.resize(tokens.size() * (size_t)n_vocab);
   ctx_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
@@ -181,53 +206,113 @@ void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<fl
 }
 
 GenerateResult Session::generate(const std::string& prompt, const GenerateOptions& opt) {
+  Call call(*this);
   const bool bos = opt.add_bos && tokens_.empty();
-  return generate_tokens(model_.tokenizer().encode(prompt, bos, opt.parse_special), opt);
+  return generate_impl(tokens_.size(), model_.tokenizer().encode(prompt, bos, opt.parse_special),
+                       opt);
 }
 
 GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
                                         const GenerateOptions& opt) {
+  Call call(*this);
+  return generate_impl(tokens_.size(), prompt, opt);
+}
+
+namespace {
+
+// A token JSON output may use: one with bytes that never ends generation.
+bool json_usable(const tok::Tokenizer& tk, const std::vector<std::string>& pieces, int32_t id) {
+  return id < (int32_t)pieces.size() && !pieces[(size_t)id].empty() && !tk.is_eog(id) &&
+         id != tk.bos();
+}
+
+// Whether `id` keeps the output `json` valid and closable in the `left - 1`
+// tokens that remain after it.
+bool json_accepts(const Model& model, const JsonPrefix& json, int64_t left, int32_t id) {
+  const std::vector<std::string>& pieces = model.pieces();
+  if (!json_usable(model.tokenizer(), pieces, id)) return false;
+  JsonPrefix probe = json;
+  if (!probe.feed(pieces[(size_t)id])) return false;
+  return model.json_closers().tokens_to_close(probe) <= left - 1;
+}
+
+}  // namespace
+
+void Session::check_json_room(int64_t left, bool cap_binds) const {
+  const JsonPrefix start;
+  if (model_.json_closers().tokens_to_close(start) <= left) return;
+  const int32_t n_vocab = (int32_t)model_.pieces().size();
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    if (json_accepts(model_, start, left, id)) return;  // one token is a whole object ("{}")
+  }
+  if (model_.json_closers().tokens_to_close(start) >= JsonClosers::kUnreachable) {
+    throw Error(LILIMS_ERR_UNSUPPORTED,
+                "[generate] the vocabulary has no single-byte tokens for '{' and '}', so JSON "
+                "output cannot be guaranteed to close");
+  }
+  const std::string need = std::to_string(model_.json_closers().tokens_to_close(start));
+  if (cap_binds) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[generate] max_tokens " + std::to_string(left) +
+                    " is too small for a JSON object: it needs at least " + need + " tokens");
+  }
+  throw Error(LILIMS_ERR_CONTEXT_FULL, "[generate] the context has room for " +
+                                           std::to_string(left) +
+                                           " generated tokens, too few for a JSON object (" +
+                                           need + " needed)");
+}
+
+GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& prompt,
+                                      const GenerateOptions& opt) {
   GenerateResult r;
   r.n_prompt_tokens = (int32_t)prompt.size();
   const tok::Tokenizer& tk = model_.tokenizer();
   const auto t0 = std::chrono::steady_clock::now();
-  if (prompt.empty() && !has_logits_) {
+  // Everything is checked before the session changes.
+  if (prompt.empty() && !(keep == tokens_.size() && has_logits_)) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
                 "[generate] nothing to continue: the prompt is empty and the session has no tokens");
   }
+  Sampler sampler(opt.sampling);
+  check_tokens(keep, prompt);
+  // The loop below makes a token, then stops if the context is full, so the
+  // last position holds one token more than it evaluates.
+  const auto room = [&](int32_t made, size_t n_past) {
+    int64_t left = (int64_t)ctx_->n_ctx() - (int64_t)n_past + 1;
+    if (opt.max_tokens > 0) left = std::min<int64_t>(left, (int64_t)opt.max_tokens - made);
+    return left;
+  };
+  if (opt.json) {
+    const int64_t ctx_left = (int64_t)ctx_->n_ctx() - (int64_t)(keep + prompt.size()) + 1;
+    check_json_room(room(0, keep + prompt.size()), opt.max_tokens > 0 && opt.max_tokens < ctx_left);
+  }
+  if (keep < tokens_.size()) truncate_impl((int32_t)keep);
   try {
-    eval(prompt);
+    eval_impl(prompt);
   } catch (const Error& e) {
     if (e.status() != LILIMS_ERR_CANCELLED) throw;
     r.stop = StopReason::cancelled;
     return r;
   }
   r.prompt_seconds = seconds_since(t0);
-  Sampler sampler(opt.sampling);
   tok::StreamDecoder decoder(tk);
   const int32_t n_vocab = model_.hparams().n_vocab;
   auto t_first = std::chrono::steady_clock::now();
   JsonPrefix json;
-  const std::vector<std::string>& pieces = model_.pieces();
-  bool closing = false;  // near the token or context limit: only tokens that close the JSON
+  int64_t left = 0;  // tokens this call may still make, counting the one being sampled
   const std::function<bool(int32_t)> accept_json = [&](int32_t id) {
-    if (id >= (int32_t)pieces.size() || pieces[(size_t)id].empty()) return false;
-    JsonPrefix probe = json;
-    if (!probe.feed(pieces[(size_t)id])) return false;
-    return !closing || probe.min_completion() < json.min_completion();
+    return json_accepts(model_, json, left, id);
   };
   for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
-    if (cancel_.exchange(false)) {
+    if (cancel_requested()) {
       r.stop = StopReason::cancelled;
       break;
     }
     int32_t next;
     if (opt.json) {
-      // Tokens left before a limit; each closing token lowers min_completion
-      // by at least one, so switching with one spare token always closes.
-      int64_t left = (int64_t)ctx_->n_ctx() - (int64_t)tokens_.size() + 1;
-      if (opt.max_tokens > 0) left = std::min<int64_t>(left, opt.max_tokens - i);
-      closing = left <= json.min_completion() + 1;
+      // The sampler filters only the tokens this accepts, so top-k, top-p and
+      // min-p cannot remove every way to close.
+      left = room(i, tokens_.size());
       next = sampler.sample(logits_.data(), n_vocab, tokens_, nullptr, &accept_json);
       if (next < 0) {
         throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the JSON output");
@@ -251,7 +336,7 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
     r.text += piece;
     bool stop = opt.on_token && opt.on_token(next, piece);
     if (opt.json) {
-      json.feed(pieces[(size_t)next]);
+      json.feed(model_.pieces()[(size_t)next]);
       if (json.complete()) {
         r.stop = StopReason::end_of_generation;
         break;
@@ -264,7 +349,7 @@ GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
       break;
     }
     try {
-      eval({next});
+      eval_impl({next});
     } catch (const Error& e) {
       if (e.status() != LILIMS_ERR_CANCELLED) throw;
       r.stop = StopReason::cancelled;

@@ -13,6 +13,7 @@
 #include "graph/matmul.h"
 #include "models/llama.h"
 #include "models/llama_forward.h"
+#include "runtime/json_constraint.h"
 #include "runtime/sampling.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,6 +38,8 @@ class Model {
   const std::string& name() const { return name_; }
   // Every token's decoded bytes (constrained decoding tests them).
   const std::vector<std::string>& pieces() const { return pieces_; }
+  // The single-byte tokens JSON output can always close with.
+  const JsonClosers& json_closers() const { return *json_closers_; }
 
  private:
   std::unique_ptr<models::LlamaModel> llama_;
@@ -45,6 +48,7 @@ class Model {
   bool has_template_text_ = false;
   std::string name_;
   std::vector<std::string> pieces_;
+  std::unique_ptr<JsonClosers> json_closers_;
 };
 
 struct SessionOptions {
@@ -72,7 +76,10 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool add_bos = true;       // when the session is empty and the vocabulary asks for BOS
   bool parse_special = true;
-  // Constrain the output to one valid JSON object; generation ends when it closes.
+  // Constrain the output to one valid JSON object; generation ends when it
+  // closes (stop == end_of_generation), within max_tokens and the context.
+  // When they leave room for no object, generate throws before evaluating
+  // anything.  Only a cancel or an on_token stop can leave it open.
   bool json = false;
   // Called with each token and the complete UTF-8 text it completes; return
   // true to stop.
@@ -88,6 +95,9 @@ struct GenerateResult {
   StopReason stop = StopReason::max_tokens;
 };
 
+// A session is used by one thread at a time: every call below (except
+// cancel and the const accessors) marks the session busy on entry and throws
+// LILIMS_ERR_BUSY, touching nothing, when another call is running.
 class Session {
  public:
   // Throws LILIMS_ERR_INVALID_ARGUMENT for n_ctx beyond the training context
@@ -107,6 +117,8 @@ class Session {
   const std::vector<float>& logits() const { return logits_; }  // of the last token
   bool has_logits() const { return has_logits_; }
 
+  // Every option is checked before the prompt is evaluated: an invalid one
+  // throws with the session unchanged.
   GenerateResult generate(const std::string& prompt, const GenerateOptions& opt);
   // Same, from token ids already tokenized.
   GenerateResult generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& opt);
@@ -123,15 +135,42 @@ class Session {
   // evaluates only the rest (multi-turn chat, repeated system prompts).
   GenerateResult generate_reusing_prefix(const std::vector<int32_t>& full_prompt,
                                          const GenerateOptions& opt);
-  void cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  // Any thread: asks the call running at this moment to stop soon (eval
+  // throws LILIMS_ERR_CANCELLED, generate returns with StopReason::cancelled).
+  // A cancel while no call runs is dropped; one that arrives after the call
+  // checked for the last time is dropped with that call's end.
+  void cancel();
   int32_t n_past() const { return (int32_t)tokens_.size(); }
   int32_t n_ctx() const { return ctx_->n_ctx(); }
   const Model& model() const { return model_; }
   int n_threads() const { return pool_->size(); }
 
+  // Marks the session busy for the life of a call (LILIMS_ERR_BUSY when it
+  // already is); the C API holds one around its reads too.
+  class Call {
+   public:
+    explicit Call(Session& s);
+    ~Call();
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    Session& s_;
+  };
+
  private:
-  void check_fits(size_t n) const;
-  void check_tokens(const std::vector<int32_t>& tokens) const;  // fits, and ids in the vocabulary
+  static constexpr uint32_t kBusy = 1, kCancel = 2;
+
+  void eval_impl(const std::vector<int32_t>& tokens);
+  void truncate_impl(int32_t n);
+  // Generates after keeping the first `keep` tokens of the sequence and
+  // appending `prompt`; validates everything before changing anything.
+  GenerateResult generate_impl(size_t keep, const std::vector<int32_t>& prompt,
+                               const GenerateOptions& opt);
+  void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
+  // Throws unless a JSON object fits in `left` tokens.
+  void check_json_room(int64_t left, bool cap_binds) const;
+  bool cancel_requested() const { return (state_.load(std::memory_order_acquire) & kCancel) != 0; }
 
   const Model& model_;
   std::unique_ptr<graph::ThreadPool> pool_;
@@ -139,7 +178,7 @@ class Session {
   std::vector<int32_t> tokens_;  // the sequence in the KV cache
   std::vector<float> logits_;
   bool has_logits_ = false;
-  std::atomic<bool> cancel_{false};
+  std::atomic<uint32_t> state_{0};  // kBusy while a call runs, | kCancel once cancelled
 };
 
 }  // namespace lilims::runtime

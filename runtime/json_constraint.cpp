@@ -1,5 +1,7 @@
 #include "runtime/json_constraint.h"
 
+#include <cstring>
+
 namespace lilims::runtime {
 
 bool JsonPrefix::feed(std::string_view bytes) {
@@ -9,33 +11,78 @@ bool JsonPrefix::feed(std::string_view bytes) {
   return true;
 }
 
-int JsonPrefix::min_completion() const {
-  const int closers = depth_;
-  const int key_rest = 2;  // ':' and a one-byte value ("0") after a key's closing quote
+bool JsonPrefix::operator==(const JsonPrefix& o) const {
+  if (root_object_ != o.root_object_ || state_ != o.state_ || ws_run_ != o.ws_run_ ||
+      depth_ != o.depth_ || std::memcmp(stack_, o.stack_, (size_t)depth_) != 0) {
+    return false;
+  }
+  // Fields of other states are left over from earlier values and do not count.
   switch (state_) {
-    case St::done: return 0;
-    case St::value: return depth_ == 0 ? (root_object_ ? 2 : 1) : 1 + closers;  // "{}" or "0"
+    case St::string:
+    case St::escape:
+    case St::low_escape:
+    case St::low_u: return string_is_key_ == o.string_is_key_;
+    case St::unicode:
+      return string_is_key_ == o.string_is_key_ && hex_left_ == o.hex_left_ &&
+             hex_kind_ == o.hex_kind_ && want_low_ == o.want_low_;
+    case St::utf8:
+      return string_is_key_ == o.string_is_key_ && utf8_left_ == o.utf8_left_ &&
+             utf8_lo_ == o.utf8_lo_ && utf8_hi_ == o.utf8_hi_;
+    case St::number:
+      return num_ == o.num_ && (num_ != Num::exp_digits || exp_digits_ == o.exp_digits_);
+    case St::literal: return std::strcmp(literal_, o.literal_) == 0;
+    default: return true;
+  }
+}
+
+std::string JsonPrefix::completion() const {
+  std::string out;
+  const char* key_rest = string_is_key_ ? ":0" : "";
+  switch (state_) {
+    case St::done: return out;
+    case St::value:
+      // At the top level a number only ends at a following byte, so a bare
+      // top-level value closes fastest as "" (two bytes, like "{}").
+      if (depth_ == 0) return root_object_ ? "{}" : "\"\"";
+      out = "0";
+      break;
     case St::value_or_end:
     case St::key_or_end:
-    case St::after_value: return closers;
-    case St::key: return 4 + closers;    // "":0
-    case St::colon: return 2 + closers;  // :0
-    case St::string: return 1 + (string_is_key_ ? key_rest : 0) + closers;
-    case St::escape: return 2 + (string_is_key_ ? key_rest : 0) + closers;
-    case St::unicode: return hex_left_ + 1 + (string_is_key_ ? key_rest : 0) + closers;
-    case St::utf8: return utf8_left_ + 1 + (string_is_key_ ? key_rest : 0) + closers;
+    case St::after_value: break;
+    case St::key: out = "\"\":0"; break;
+    case St::colon: out = ":0"; break;
+    case St::string: out = std::string("\"") + key_rest; break;
+    case St::escape: out = std::string("\"\"") + key_rest; break;  // \" then the closing quote
+    case St::unicode:
+      if (want_low_ && hex_left_ == 4) {
+        out = "DC00";
+      } else if (want_low_ && hex_left_ == 3) {
+        out = "C00";
+      } else {
+        out = std::string(hex_left_, '0');
+        // Zeros after D8-DB still make a high surrogate, which needs its low half.
+        if (hex_kind_ == Hex::high) out += "\\uDC00";
+      }
+      out += std::string("\"") + key_rest;
+      break;
+    case St::low_escape: out = std::string("\\uDC00\"") + key_rest; break;
+    case St::low_u: out = std::string("uDC00\"") + key_rest; break;
+    case St::utf8:
+      out.push_back((char)utf8_lo_);
+      out.append((size_t)utf8_left_ - 1, (char)0x80);
+      out += std::string("\"") + key_rest;
+      break;
     case St::number: {
       const bool needs_digit = num_ == Num::minus || num_ == Num::dot || num_ == Num::exp ||
                                num_ == Num::exp_sign;
-      return (needs_digit ? 1 : 0) + closers;
+      if (needs_digit) out = "0";
+      if (depth_ == 0) out += ' ';
+      break;
     }
-    case St::literal: {
-      int n = 0;
-      while (literal_[n]) ++n;
-      return n + closers;
-    }
+    case St::literal: out = literal_; break;
   }
-  return closers;
+  for (int d = depth_ - 1; d >= 0; --d) out += stack_[d] == '{' ? '}' : ']';
+  return out;
 }
 
 bool JsonPrefix::whitespace(uint8_t c) {
@@ -219,17 +266,45 @@ bool JsonPrefix::feed_byte(uint8_t c) {
           return true;
         case 'u':
           hex_left_ = 4;
+          hex_kind_ = Hex::plain;
           state_ = St::unicode;
           return true;
         default:
           return false;
       }
     case St::unicode: {
-      const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-      if (!hex) return false;
-      if (--hex_left_ == 0) state_ = St::string;
+      int h;
+      if (c >= '0' && c <= '9') h = c - '0';
+      else if (c >= 'a' && c <= 'f') h = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') h = c - 'A' + 10;
+      else return false;
+      // UTF-16 surrogates come in pairs: a high one (D800-DBFF) is followed by
+      // \u and a low one (DC00-DFFF); a lone half is refused as soon as it
+      // shows, since many parsers (nlohmann::json among them) reject it.
+      if (hex_left_ == 4) {
+        if (want_low_ && h != 0xD) return false;
+        hex_kind_ = h == 0xD ? Hex::d : Hex::plain;
+      } else if (hex_left_ == 3 && hex_kind_ == Hex::d) {
+        const bool low = h >= 0xC;
+        if (low != want_low_) return false;
+        hex_kind_ = !want_low_ && h >= 0x8 ? Hex::high : Hex::plain;
+      }
+      if (--hex_left_ > 0) return true;
+      state_ = hex_kind_ == Hex::high ? St::low_escape : St::string;
+      want_low_ = false;
       return true;
     }
+    case St::low_escape:
+      if (c != '\\') return false;
+      state_ = St::low_u;
+      return true;
+    case St::low_u:
+      if (c != 'u') return false;
+      hex_left_ = 4;
+      hex_kind_ = Hex::plain;
+      want_low_ = true;
+      state_ = St::unicode;
+      return true;
     case St::literal:
       if (*literal_ != (char)c) return false;
       if (*++literal_ == '\0') return end_value();
@@ -238,6 +313,26 @@ bool JsonPrefix::feed_byte(uint8_t c) {
       return false;  // handled above
   }
   return false;
+}
+
+}  // namespace lilims::runtime
+
+namespace lilims::runtime {
+
+JsonClosers::JsonClosers(const std::vector<std::string>& pieces) {
+  for (int32_t& t : byte_token_) t = -1;
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    const std::string& p = pieces[id];
+    if (p.size() == 1 && byte_token_[(uint8_t)p[0]] < 0) byte_token_[(uint8_t)p[0]] = (int32_t)id;
+  }
+}
+
+int JsonClosers::tokens_to_close(const JsonPrefix& p) const {
+  const std::string c = p.completion();
+  for (char b : c) {
+    if (byte_token_[(uint8_t)b] < 0) return kUnreachable;
+  }
+  return (int)c.size();
 }
 
 }  // namespace lilims::runtime

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace lilims::runtime {
 
@@ -21,11 +22,17 @@ class JsonPrefix {
   bool feed_byte(uint8_t c);
   // The top-level value is complete (only whitespace may follow).
   bool complete() const { return state_ == St::done; }
-  // The fewest bytes that complete the value from here (closing open
-  // strings, finishing a number or literal, a placeholder value or key where
-  // one is required, then one closer per open container).  Generation near
-  // its token limit only accepts tokens that lower it, so the output closes.
-  int min_completion() const;
+  // The shortest bytes that complete the value from here: closing an open
+  // string, finishing a number or literal, a placeholder value ("0") or key
+  // ("\"\":0") where one is required, then one closer per open container.
+  // Canonical: after feeding its first byte, the completion is the rest, so
+  // a vocabulary with a token for each of its bytes can always close in
+  // completion().size() tokens.
+  std::string completion() const;
+  int min_completion() const { return (int)completion().size(); }
+
+  // Same state: the same bytes are accepted from here on.
+  bool operator==(const JsonPrefix& o) const;
 
   static constexpr int kMaxDepth = 32;        // deeper nesting is refused
   static constexpr int kMaxWhitespaceRun = 2;  // keeps a model from padding forever
@@ -44,6 +51,8 @@ class JsonPrefix {
     string,       // inside a string (key or value)
     escape,       // after a backslash
     unicode,      // in \uXXXX (hex_left digits to go)
+    low_escape,   // after a high surrogate's \uD8XX-\uDBXX: the '\\' of its low half
+    low_u,        // the 'u' of the low half
     utf8,         // inside a multi-byte UTF-8 sequence in a string
     number,       // inside a number (num_ says where)
     literal,      // inside true/false/null
@@ -60,6 +69,10 @@ class JsonPrefix {
   St state_ = St::value;
   bool string_is_key_ = false;
   uint8_t hex_left_ = 0;
+  // In \uXXXX: plain, first digit D (maybe a surrogate), or a high surrogate.
+  enum class Hex : uint8_t { plain, d, high };
+  Hex hex_kind_ = Hex::plain;
+  bool want_low_ = false;    // the \u being read must be a low surrogate (DC00-DFFF)
   uint8_t utf8_left_ = 0;
   uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // allowed range of the next continuation byte
   Num num_ = Num::minus;
@@ -68,6 +81,27 @@ class JsonPrefix {
   uint8_t ws_run_ = 0;
   int depth_ = 0;
   char stack_[kMaxDepth] = {};     // '{' or '['
+};
+
+// What a vocabulary offers for closing JSON output: the token whose piece is
+// exactly one byte, for each byte.  Generation keeps tokens_to_close() of the
+// output within the tokens it may still produce, so a cap or a full context
+// can never cut an object open.
+class JsonClosers {
+ public:
+  // pieces[id]: the bytes of each token; empty for tokens that never appear
+  // in JSON output (control tokens).
+  explicit JsonClosers(const std::vector<std::string>& pieces);
+
+  static constexpr int kUnreachable = 1 << 20;
+  // Tokens that close p along its completion(), one single-byte token per
+  // byte; kUnreachable when a byte of it has no token of its own.  An upper
+  // bound on the fewest tokens: multi-byte tokens ("}}") may do better.
+  int tokens_to_close(const JsonPrefix& p) const;
+  int32_t byte_token(uint8_t b) const { return byte_token_[b]; }
+
+ private:
+  int32_t byte_token_[256];
 };
 
 }  // namespace lilims::runtime

@@ -21,26 +21,51 @@ std::string trim(const std::string& s) {
 constexpr const char* kSmolLM2DefaultSystem =
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
-std::string chatml(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out;
+class Builder {
+ public:
+  Builder& markup(const std::string& s) { return add(s, true); }
+  Builder& text(const std::string& s) { return add(s, false); }
+  // Strips whitespace from both ends of the segments added since `from`, as
+  // the reference templates strip a message.
+  void trim_since(size_t from) {
+    const char* ws = " \t\n\r\f\v";
+    for (size_t i = from; i < segs.size(); ++i) {
+      const size_t b = segs[i].text.find_first_not_of(ws);
+      segs[i].text.erase(0, b == std::string::npos ? segs[i].text.size() : b);
+      if (!segs[i].text.empty()) break;
+    }
+    for (size_t i = segs.size(); i > from; --i) {
+      std::string& t = segs[i - 1].text;
+      const size_t e = t.find_last_not_of(ws);
+      t.erase(e == std::string::npos ? 0 : e + 1);
+      if (!t.empty()) break;
+    }
+  }
+  std::vector<ChatSegment> segs;
+
+ private:
+  Builder& add(const std::string& s, bool m) {
+    if (!s.empty()) segs.push_back({s, m});
+    return *this;
+  }
+};
+
+void chatml(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
   for (size_t i = 0; i < msgs.size(); ++i) {
     if (i == 0 && msgs[0].role != "system") {
-      out += "<|im_start|>system\n";
-      out += kSmolLM2DefaultSystem;
-      out += "<|im_end|>\n";
+      out.markup("<|im_start|>system\n").markup(kSmolLM2DefaultSystem).markup("<|im_end|>\n");
     }
-    out += "<|im_start|>" + msgs[i].role + "\n" + msgs[i].content + "<|im_end|>\n";
+    out.markup("<|im_start|>" + msgs[i].role + "\n").text(msgs[i].content);
+    out.markup("<|im_end|>\n");
   }
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+  if (gen) out.markup("<|im_start|>assistant\n");
 }
 
 // Meta's Llama 2 chat format: the system prompt goes inside the first user
 // turn; every user turn after the first starts a new <s>.  Contents are
 // stripped as the reference template does.  There is no generation prompt:
 // the model answers after [/INST].
-std::string llama2(const std::vector<ChatMessage>& msgs, bool) {
-  std::string out;
+void llama2(const std::vector<ChatMessage>& msgs, bool, Builder& out) {
   size_t start = 0;
   std::string system;
   bool have_system = false;
@@ -51,44 +76,51 @@ std::string llama2(const std::vector<ChatMessage>& msgs, bool) {
   }
   bool first_turn = true;
   for (size_t i = start; i < msgs.size(); ++i) {
-    std::string content = msgs[i].content;
-    if (i == start && have_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+    const bool with_system = i == start && have_system;
     if (msgs[i].role == "user") {
-      if (!first_turn) out += "<s>";
-      out += "[INST] " + trim(content) + " [/INST]";
+      if (!first_turn) out.markup("<s>");
+      out.markup("[INST] ");
+      const size_t from = out.segs.size();
+      if (with_system) out.markup("<<SYS>>\n").text(system).markup("\n<</SYS>>\n\n");
+      out.text(msgs[i].content);
+      out.trim_since(from);
+      out.markup(" [/INST]");
       first_turn = false;
     } else if (msgs[i].role == "assistant") {
-      out += " " + trim(content) + " </s>";
+      out.markup(" ");
+      const size_t from = out.segs.size();
+      if (with_system) out.markup("<<SYS>>\n").text(system).markup("\n<</SYS>>\n\n");
+      out.text(msgs[i].content);
+      out.trim_since(from);
+      out.markup(" </s>");
       first_turn = false;
     }
   }
   if (have_system && start == msgs.size()) {
-    out += "[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n";  // a system prompt alone
+    out.markup("[INST] <<SYS>>\n").text(system).markup("\n<</SYS>>\n\n");  // a system prompt alone
   }
-  return out;
 }
 
-std::string zephyr(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out;
-  for (const ChatMessage& m : msgs) out += "<|" + m.role + "|>\n" + m.content + "</s>\n";
-  if (gen) out += "<|assistant|>\n";
-  return out;
-}
-
-std::string phi3(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out;
-  for (const ChatMessage& m : msgs) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-  if (gen) out += "<|assistant|>\n";
-  return out;
-}
-
-std::string llama3(const std::vector<ChatMessage>& msgs, bool gen) {
-  std::string out;
+void zephyr(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
   for (const ChatMessage& m : msgs) {
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+    out.markup("<|" + m.role + "|>\n").text(m.content).markup("</s>\n");
   }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (gen) out.markup("<|assistant|>\n");
+}
+
+void phi3(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
+  for (const ChatMessage& m : msgs) {
+    out.markup("<|" + m.role + "|>\n").text(m.content).markup("<|end|>\n");
+  }
+  if (gen) out.markup("<|assistant|>\n");
+}
+
+void llama3(const std::vector<ChatMessage>& msgs, bool gen, Builder& out) {
+  for (const ChatMessage& m : msgs) {
+    out.markup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+    out.text(trim(m.content)).markup("<|eot_id|>");
+  }
+  if (gen) out.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 }  // namespace
@@ -107,16 +139,37 @@ std::string detect_chat_template(const std::string& t) {
   return "";
 }
 
+std::vector<ChatSegment> chat_template_segments(const std::string& name,
+                                                const std::vector<ChatMessage>& msgs, bool gen) {
+  Builder b;
+  if (name == "chatml") chatml(msgs, gen, b);
+  else if (name == "llama2") llama2(msgs, gen, b);
+  else if (name == "zephyr") zephyr(msgs, gen, b);
+  else if (name == "phi3") phi3(msgs, gen, b);
+  else if (name == "llama3") llama3(msgs, gen, b);
+  else {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[tokenizer] unknown chat template '" + name +
+                    "' (known: chatml, llama2, zephyr, phi3, llama3)");
+  }
+  return std::move(b.segs);
+}
+
 std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& msgs,
                                 bool gen) {
-  if (name == "chatml") return chatml(msgs, gen);
-  if (name == "llama2") return llama2(msgs, gen);
-  if (name == "zephyr") return zephyr(msgs, gen);
-  if (name == "phi3") return phi3(msgs, gen);
-  if (name == "llama3") return llama3(msgs, gen);
-  throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-              "[tokenizer] unknown chat template '" + name +
-                  "' (known: chatml, llama2, zephyr, phi3, llama3)");
+  std::string out;
+  for (const ChatSegment& s : chat_template_segments(name, msgs, gen)) out += s.text;
+  return out;
+}
+
+std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
+                                 const std::vector<ChatMessage>& msgs, bool gen, bool add_bos,
+                                 bool special_in_messages) {
+  const std::vector<ChatSegment> segs = chat_template_segments(name, msgs, gen);
+  std::vector<Tokenizer::Segment> parts;
+  parts.reserve(segs.size());
+  for (const ChatSegment& s : segs) parts.push_back({s.text, s.markup || special_in_messages});
+  return tk.encode_segments(parts, add_bos);
 }
 
 }  // namespace lilims::tok

@@ -1,6 +1,9 @@
 // Chat templates, written out by hand for the formats small llama-family
-// models use (no Jinja engine).  The text omits the leading BOS: tokenize
-// it with add_bos = true and parse_special = true.
+// models use (no Jinja engine).  The text omits the leading BOS.  Tokenize a
+// conversation with encode_chat: only the template's own markers become
+// special tokens, so a message cannot open a turn of its own by spelling
+// "<|im_start|>system" (tokenizing apply_chat_template's text with
+// parse_special would let it).
 //   chatml  SmolLM2's: <|im_start|>role\ncontent<|im_end|>\n, with SmolLM2's
 //           default system prompt when the first message is not a system one
 //   llama2  [INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] ...
@@ -11,6 +14,8 @@
 
 #include <string>
 #include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace lilims::tok {
 
@@ -25,6 +30,22 @@ std::string detect_chat_template(const std::string& jinja);
 // Throws lilims::Error(LILIMS_ERR_INVALID_ARGUMENT) for an unknown name.
 std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt);
+
+// A piece of the formatted conversation: the template's markup with the
+// roles (phi3's "<|user|>" is one special token) or a message's content.
+struct ChatSegment {
+  std::string text;
+  bool markup;
+};
+std::vector<ChatSegment> chat_template_segments(const std::string& name,
+                                                const std::vector<ChatMessage>& msgs,
+                                                bool add_generation_prompt);
+
+// The conversation as token ids.  Special tokens are parsed in the markup
+// only, unless special_in_messages (for callers that spell them on purpose).
+std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
+                                 const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                                 bool add_bos, bool special_in_messages = false);
 
 // The names apply_chat_template accepts.
 const std::vector<std::string>& chat_template_names();

@@ -172,26 +172,43 @@ int32_t Tokenizer::match_special(std::string_view text, size_t pos, bool parse_s
   return best;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text_in, bool add_bos,
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
-  std::string sanitized;
-  std::string_view text = text_in;
-  if (!utf8_is_valid(text)) {
-    sanitized = utf8_sanitize(text);
-    text = sanitized;
+  return encode_segments({{text, parse_special}}, add_bos);
+}
+
+std::vector<int32_t> Tokenizer::encode_segments(const std::vector<Segment>& segments,
+                                                bool add_bos) const {
+  std::string owned;
+  std::string_view text;
+  std::vector<size_t> ends;  // where each segment ends in text
+  if (segments.size() == 1 && utf8_is_valid(segments[0].text)) {
+    text = segments[0].text;
+    ends.push_back(text.size());
+  } else {
+    for (const Segment& s : segments) {
+      owned += utf8_is_valid(s.text) ? std::string(s.text) : utf8_sanitize(s.text);
+      ends.push_back(owned.size());
+    }
+    text = owned;
   }
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_bos && add_bos_ && bos_ >= 0) out.push_back(bos_);
 
   // Cut the text at special/added tokens (leftmost, then longest match).
-  size_t frag = 0;
+  size_t frag = 0, seg = 0;
   bool first = true;  // the fragment follows the start or a special token
   for (size_t pos = 0; pos < text.size();) {
+    while (pos >= ends[seg]) ++seg;
     size_t len = 0;
-    const int32_t id = trie_first_[static_cast<unsigned char>(text[pos])]
-                           ? match_special(text, pos, parse_special, &len)
-                           : -1;
+    int32_t id = -1;
+    if (trie_first_[static_cast<unsigned char>(text[pos])]) {
+      const bool special = segments[seg].parse_special;
+      id = match_special(text, pos, special, &len);
+      // A special token may not reach out of the segment that allows it.
+      if (id >= 0 && special && pos + len > ends[seg]) id = match_special(text, pos, false, &len);
+    }
     if (id < 0) {
       ++pos;
       continue;

@@ -84,6 +84,13 @@ class Tokenizer {
   // add_bos: add BOS (EOS) only if the vocabulary's add_bos (add_eos) says
   // so and add_bos is true.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // The concatenated text, encoded as encode() would, but special tokens are
+  // matched only where they lie wholly inside a segment that allows them.
+  struct Segment {
+    std::string_view text;
+    bool parse_special;
+  };
+  std::vector<int32_t> encode_segments(const std::vector<Segment>& segments, bool add_bos) const;
   const std::string& token_text(int32_t id) const;  // the vocab string as stored
   // The bytes this token decodes to: byte fallback -> the raw byte, byte-level
   // BPE -> the unmapped bytes, U+2581 -> space, control tokens -> their text.

@@ -23,7 +23,10 @@ void usage() {
                "  reads one user message per line from stdin; an empty line or EOF ends.\n"
                "  -n N (max tokens per answer, default 512), --template NAME, --temp T,\n"
                "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S,\n"
-               "  -t THREADS, -c CTX, --ctx-beyond-train, --exec fast|ref|oracle\n");
+               "  -t THREADS, -c CTX, --ctx-beyond-train, --exec fast|ref|oracle\n"
+               "  --parse-special-in-prompt  special-token text in messages becomes special tokens\n"
+               "                             (by default it is plain text: only the template's\n"
+               "                             markers are special)\n");
 }
 
 int chat_main(int argc, char** argv) {
@@ -32,6 +35,7 @@ int chat_main(int argc, char** argv) {
   runtime::GenerateOptions gen;
   gen.max_tokens = 512;
   gen.sampling.temperature = 0.7f;
+  bool special_in_messages = false;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -44,6 +48,8 @@ int chat_main(int argc, char** argv) {
         system_prompt = next();
       } else if (a == "--template") {
         template_name = next();
+      } else if (a == "--parse-special-in-prompt") {
+        special_in_messages = true;
       } else if (a == "-n" || a == "--n-predict") {
         gen.max_tokens = (int32_t)cli::parse_int("-n", next());
       } else if (a == "-h" || a == "--help") {
@@ -77,8 +83,8 @@ int chat_main(int argc, char** argv) {
       if (tty) std::fprintf(stderr, "> ");
       if (!std::getline(std::cin, line) || line.empty()) break;
       history.push_back({"user", line});
-      const std::string text = tok::apply_chat_template(tmpl, history, true);
-      const auto ids = model->tokenizer().encode(text, true, true);
+      const auto ids =
+          tok::encode_chat(model->tokenizer(), tmpl, history, true, true, special_in_messages);
       if (ids.size() >= (size_t)session.n_ctx()) {
         return cli::fail("chat", "the conversation no longer fits the context of " +
                                      std::to_string(session.n_ctx()) + " tokens");

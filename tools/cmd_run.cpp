@@ -25,6 +25,9 @@ void usage() {
                "  -n, --n-predict N      tokens to generate (default 128; -1: until the end or a full context)\n"
                "  --system TEXT          system turn of the chat template\n"
                "  --raw                  use the prompt as it is, without the chat template\n"
+               "  --parse-special-in-prompt  special-token text in the prompt and --system becomes\n"
+               "                         special tokens (by default it is plain text: only the\n"
+               "                         template's markers are; --raw prompts always parse it)\n"
                "  --json                 the output is one strictly valid JSON object\n"
                "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
                "  --temp T               temperature (default 0: greedy)\n"
@@ -39,7 +42,7 @@ void usage() {
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
   std::string prompt, system_prompt, template_name;
-  bool have_prompt = false, raw = false, quiet = false;
+  bool have_prompt = false, raw = false, quiet = false, special_in_prompt = false;
   runtime::GenerateOptions gen;
   gen.max_tokens = 128;
   try {
@@ -62,6 +65,8 @@ int run_main(int argc, char** argv) {
         system_prompt = next();
       } else if (a == "--raw") {
         raw = true;
+      } else if (a == "--parse-special-in-prompt") {
+        special_in_prompt = true;
       } else if (a == "--template") {
         template_name = next();
       } else if (a == "--json") {
@@ -86,25 +91,40 @@ int run_main(int argc, char** argv) {
   try {
     auto model = tools::open_model(common);
     runtime::Session session(*model, common.session_options());
-    std::string text = prompt;
     const std::string tmpl = template_name.empty() ? model->chat_template() : template_name;
+    std::vector<int32_t> ids;
     if (!raw && !tmpl.empty()) {
       std::vector<tok::ChatMessage> msgs;
       if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
       msgs.push_back({"user", prompt});
-      text = tok::apply_chat_template(tmpl, msgs, true);
-    } else if (!raw && !system_prompt.empty()) {
-      std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
+      ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, true, special_in_prompt);
+    } else {
+      if (!raw && !system_prompt.empty()) {
+        std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
+      }
+      ids = model->tokenizer().encode(prompt, true, true);  // a raw prompt is the caller's own
     }
-    gen.parse_special = true;  // the template (or a raw prompt) may spell special tokens
-    gen.on_token = [](int32_t, const std::string& piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      return false;
-    };
-    if (gen.max_tokens == 0) return 0;  // nothing asked for
+    // A JSON object is printed only once it is complete, so a failure never
+    // leaves half a value on stdout.
+    if (!gen.json) {
+      gen.on_token = [](int32_t, const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return false;
+      };
+    }
+    if (gen.max_tokens == 0) {
+      if (gen.json) return cli::fail("run", "-n 0 leaves no room for a JSON object");
+      return 0;  // nothing asked for
+    }
     if (gen.max_tokens < 0) gen.max_tokens = 0;  // the runtime's "no limit"
-    const runtime::GenerateResult r = session.generate(text, gen);
+    const runtime::GenerateResult r = session.generate_tokens(ids, gen);
+    if (gen.json) {
+      if (r.stop != runtime::StopReason::end_of_generation) {
+        return cli::fail("run", "the JSON output did not close");
+      }
+      std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+    }
     std::fputc('\n', stdout);
     if (r.stop == runtime::StopReason::context_full) {
       std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge)\n",

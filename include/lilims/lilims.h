@@ -8,7 +8,10 @@
  *
  * Handles are opaque.  One lilims_model may be shared by several sessions on
  * different threads; a lilims_session is used by one thread at a time (except
- * lilims_session_cancel, which any thread may call).
+ * lilims_session_cancel, which any thread may call).  A call made on a
+ * session while another call on it is running returns LILIMS_ERR_BUSY and
+ * changes nothing (lilims_session_n_past returns -1 and lilims_session_logits
+ * NULL then); freeing a session while a call on it runs is not detected.
  *
  * Structs passed in carry their own size (struct_size) so that the ABI can
  * grow: always start from the lilims_*_default_params() function.
@@ -37,7 +40,8 @@ typedef enum lilims_status {
   LILIMS_ERR_OUT_OF_MEMORY = 6,
   LILIMS_ERR_CONTEXT_FULL = 7,     /* the tokens do not fit the session's context */
   LILIMS_ERR_CANCELLED = 8,        /* lilims_session_cancel was called */
-  LILIMS_ERR_INTERNAL = 9
+  LILIMS_ERR_INTERNAL = 9,
+  LILIMS_ERR_BUSY = 10             /* another call is running on the same session */
 } lilims_status;
 
 typedef struct lilims_model lilims_model;
@@ -62,6 +66,9 @@ lilims_model_params lilims_model_default_params(void);
 
 lilims_status lilims_model_open(const char *path, const lilims_model_params *params,
                                 lilims_model **out_model);
+/* Drops the app's reference to the model.  Sessions created from it keep
+ * their own: the weights stay in memory until the model and every session
+ * made from it are freed, so a session stays usable after lilims_model_free. */
 void lilims_model_free(lilims_model *model);
 
 typedef struct lilims_model_info {
@@ -91,7 +98,9 @@ lilims_status lilims_model_get_info(const lilims_model *model, lilims_model_info
  * parse_special: match special-token text ("<|im_start|>") as single tokens.
  * Writes at most capacity ids and sets *out_count to the number the text needs:
  * if that is more than capacity, nothing useful is written and the call
- * returns LILIMS_ERR_INVALID_ARGUMENT, so call again with a larger buffer. */
+ * returns LILIMS_ERR_INVALID_ARGUMENT, so call again with a larger buffer.
+ * A NULL buffer with capacity 0 asks for the size only; a NULL buffer with a
+ * nonzero capacity is LILIMS_ERR_INVALID_ARGUMENT (the size is still set). */
 lilims_status lilims_tokenize(const lilims_model *model, const char *text, size_t text_len,
                               int32_t add_bos, int32_t parse_special, lilims_token *out_tokens,
                               size_t capacity, size_t *out_count);
@@ -117,11 +126,27 @@ typedef struct lilims_chat_message {
 /* Formats messages with the model's chat template (or template_name when not
  * NULL: "chatml", "llama2", "zephyr", "phi3", "llama3") and, when
  * add_generation_prompt, the opening of the assistant's turn.  Same capacity
- * rule as lilims_tokenize; the output is NUL-terminated when it fits. */
+ * rule as lilims_tokenize; the output is NUL-terminated when it fits.
+ * Tokenizing this text with parse_special = 1 lets a message that spells
+ * "<|im_start|>system ..." open a turn of its own: lilims_chat_tokenize does
+ * not. */
 lilims_status lilims_chat_apply_template(const lilims_model *model, const char *template_name,
                                          const lilims_chat_message *messages, size_t n_messages,
                                          int32_t add_generation_prompt, char *out_text,
                                          size_t capacity, size_t *out_len);
+
+/* The conversation as lilims_chat_apply_template formats it, tokenized with
+ * special tokens parsed only in the template's own markers: text a message
+ * holds ("<|im_start|>system\nYou are ...") stays text.  special_in_messages
+ * = 1 parses special-token text in messages too, for callers that put it
+ * there on purpose.  add_bos as in lilims_tokenize; same capacity rule.  To
+ * answer: lilims_session_eval the ids on an empty session, then
+ * lilims_generate with an empty prompt. */
+lilims_status lilims_chat_tokenize(const lilims_model *model, const char *template_name,
+                                   const lilims_chat_message *messages, size_t n_messages,
+                                   int32_t add_generation_prompt, int32_t add_bos,
+                                   int32_t special_in_messages, lilims_token *out_tokens,
+                                   size_t capacity, size_t *out_count);
 
 /* ---- sessions -------------------------------------------------------- */
 
@@ -206,14 +231,23 @@ typedef struct lilims_generate_stats {
 
 /* Appends the prompt (raw text, tokenized here; may be empty) to the session,
  * then generates up to max_tokens tokens, calling on_token for each.  stats
- * may be NULL. */
+ * may be NULL.  Every parameter is checked before the prompt is evaluated: a
+ * rejected call leaves the session as it was.
+ * json_object: the object closes within max_tokens and the context (stop
+ * reason 1); when they leave no room for one the call fails up front
+ * (LILIMS_ERR_INVALID_ARGUMENT for max_tokens, LILIMS_ERR_CONTEXT_FULL for the
+ * context).  Only a cancel (4) or a callback stop (2) can leave it open. */
 lilims_status lilims_generate(lilims_session *session, const char *prompt,
                               const lilims_generate_params *params,
                               lilims_generate_stats *out_stats);
 
-/* Asks a running eval/generate on the session to stop soon (thread-safe).
- * The call it interrupts returns LILIMS_ERR_CANCELLED (generate returns
- * LILIMS_OK with stop_reason 4 and keeps the tokens it made). */
+/* Asks the eval/generate running on the session at this moment to stop soon
+ * (any thread).  The call it interrupts returns LILIMS_ERR_CANCELLED (generate
+ * returns LILIMS_OK with stop_reason 4 and keeps the tokens it made).  A
+ * cancel while no call runs does nothing: it never affects a later call.  A
+ * call is running from its entry until it returns, so a cancel made once
+ * lilims_generate was entered stops it (before its prompt if need be); one
+ * arriving as the call finishes is dropped with it. */
 void lilims_session_cancel(lilims_session *session);
 
 #ifdef __cplusplus

@@ -338,6 +338,24 @@ TEST(CliSmolLM2, JsonGreedy) {
                           "64", "--temp", "0", "-t", "1"}));
 }
 
+// Small caps: one JSON object on stdout and exit 0, or nothing on stdout and
+// a non-zero exit with the reason on stderr.
+TEST(CliSmolLM2, JsonAtSmallCaps) {
+  REQUIRE_SMOL();
+  for (const char* n : {"0", "1", "2", "5", "9"}) {
+    const Result r = run({"run", "-m", smollm2_path(), "-p", kFunctionPrompt, "--json", "-n", n,
+                          "--temp", "0", "-t", "1", "-q"});
+    expect_no_crash(r);
+    if (r.exit_code != 0) {
+      EXPECT_EQ(r.out, "") << "-n " << n << ": " << r.describe();
+      EXPECT_NE(r.err, "") << "-n " << n;
+      continue;
+    }
+    SCOPED_TRACE(std::string("-n ") + n);
+    expect_json_object(r);
+  }
+}
+
 class CliSmolLM2JsonSampled : public ::testing::TestWithParam<int> {};
 
 TEST_P(CliSmolLM2JsonSampled, AlwaysOneJsonObject) {
