@@ -1,5 +1,6 @@
 // The C API: wraps runtime::Model / runtime::Session, turns every exception
 // into a status plus a message (lilims_last_error), never lets one cross.
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -317,7 +318,10 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
   return guarded([&] {
     lilims::runtime::SessionOptions opt;
     if (params) {
-      if (params->struct_size < sizeof(lilims_session_params)) {
+      // Callers built against 0.1.0's header pass the struct without
+      // allow_ctx_beyond_train: they get its default.
+      constexpr size_t kSize010 = offsetof(lilims_session_params, allow_ctx_beyond_train);
+      if (params->struct_size < kSize010) {
         return set_error(LILIMS_ERR_INVALID_ARGUMENT,
                          "[session_create] params.struct_size is not set");
       }
@@ -327,7 +331,8 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
       }
       opt.n_ctx = params->n_ctx;
       opt.n_threads = params->n_threads;
-      opt.allow_ctx_beyond_train = params->allow_ctx_beyond_train != 0;
+      opt.allow_ctx_beyond_train =
+          params->struct_size >= sizeof(lilims_session_params) && params->allow_ctx_beyond_train != 0;
     }
     auto s = std::make_unique<lilims_session>();
     s->model = model->impl;

@@ -3,6 +3,7 @@
 // before any work, chat messages that spell special tokens, and a session
 // used from two threads at once.
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <thread>
@@ -336,6 +337,37 @@ TEST(CApiContracts, TwoThreadsOnOneSession) {
   EXPECT_GE(n_past, 0);
   EXPECT_LE(n_past, lilims_session_n_ctx(s));
   lilims_session_free(s);
+  lilims_model_free(m);
+}
+
+}  // namespace
+
+namespace {
+
+// A caller built against 0.1.0's header passes lilims_session_params without
+// allow_ctx_beyond_train: it is accepted and gets the default (refused above
+// the training context), whatever bytes follow the struct it knew.
+TEST(CApiContracts, SessionParamsFromTheOlderHeader) {
+  REQUIRE_STORIES();
+  lilims_model* m = open_model(stories_path());
+  ASSERT_NE(m, nullptr);
+  lilims_model_info info;
+  info.struct_size = sizeof info;
+  ASSERT_EQ(lilims_model_get_info(m, &info), LILIMS_OK);
+  lilims_session_params sp = lilims_session_default_params();
+  sp.struct_size = offsetof(lilims_session_params, allow_ctx_beyond_train);
+  sp.allow_ctx_beyond_train = 1;  // beyond what the old caller wrote: ignored
+  sp.n_threads = 1;
+  sp.n_ctx = 64;
+  lilims_session* s = nullptr;
+  ASSERT_EQ(lilims_session_create(m, &sp, &s), LILIMS_OK) << lilims_last_error();
+  lilims_session_free(s);
+  sp.n_ctx = info.n_ctx_train + 1;
+  EXPECT_EQ(lilims_session_create(m, &sp, &s), LILIMS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  sp.struct_size = offsetof(lilims_session_params, allow_ctx_beyond_train) - 1;
+  sp.n_ctx = 64;
+  EXPECT_EQ(lilims_session_create(m, &sp, &s), LILIMS_ERR_INVALID_ARGUMENT);
   lilims_model_free(m);
 }
 
