@@ -7,7 +7,7 @@
 // after a special token gain a space, and not for text containing U+2581
 // itself, which SentencePiece cannot tell from its space marker).
 //
-// The first input byte picks the vocabulary.  Run: scripts/fuzz_tokenizer.sh SECONDS
+// The first input byte picks the vocabulary.  Run: scripts/fuzz.sh tokenizer SECONDS
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
