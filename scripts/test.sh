@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the release build, the same suite
 # under AddressSanitizer + UndefinedBehaviorSanitizer, a short libFuzzer run,
-# and the NEON kernels
-# cross-built for aarch64 and run under qemu.  Needs ../shared beside the repo.
+# and the NEON kernels cross-built for aarch64 and run under qemu.  Needs ../shared beside the repo.
 #   scripts/test.sh            everything (what CI runs)
 #   LILIMS_SKIP_ASAN=1 / LILIMS_SKIP_FUZZ=1 / LILIMS_SKIP_CROSS=1 to leave a part out
 set -euo pipefail

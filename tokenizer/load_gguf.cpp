@@ -1,5 +1,6 @@
 // Tokenizer from GGUF metadata (the tokenizer.ggml.* keys llama.cpp's
 // converter writes).
+#include <cctype>
 #include <climits>
 #include <initializer_list>
 
@@ -59,6 +60,34 @@ int32_t token_id(const gguf::File& f, const std::string& key, int32_t fallback) 
 }
 
 }  // namespace
+
+void Tokenizer::set_strip_by_name(std::string name, const std::string& arch, const std::string& pre) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto contains = [](const std::string& s, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) {
+      if (s.find(p) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto set = [&](const char* text, uint8_t flag, bool on) {
+    const int32_t id = index_.find(text);
+    if (id < 0) return;
+    strip_[id] = on ? (strip_[id] | flag) : (strip_[id] & ~flag);
+  };
+  if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+      contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+    set("<mask>", kStripLeft, true);
+  } else if (contains(name, {"phi-3", "phi3"})) {
+    for (size_t id = 0; id < types_.size(); ++id) {
+      const uint8_t ty = types_[id];
+      if (ty == kTokenControl || ty == kTokenUserDefined || ty == kTokenUnknown) strip_[id] |= kStripRight;
+    }
+    set("</s>", kStripRight, true);
+    for (const char* s : {"<unk>", "<s>", "<|endoftext|>"}) set(s, kStripRight, false);
+  } else if (contains(name, {"modern-bert"})) {
+    set("[MASK]", kStripLeft, true);
+  }
+}
 
 void Tokenizer::add_merge(const std::string& left, const std::string& right, int32_t rank) {
   const int32_t a = index_.find(left), b = index_.find(right);
@@ -142,6 +171,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   t->chat_template_ = f.get_string_or("tokenizer.chat_template", "");
 
   t->finalize();
+  t->set_strip_by_name(f.get_string_or("general.name", ""), f.get_string_or("general.architecture", ""),
+                       f.get_string_or("tokenizer.ggml.pre", ""));
 
   if (t->type_ == VocabType::kBpe) {
     const gguf::Value* merges = find_array(f, "tokenizer.ggml.merges", true, {VT::STRING});
