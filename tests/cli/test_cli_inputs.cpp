@@ -47,6 +47,14 @@ TEST(CliFiles, TextFileThatIsAFifoOrADevice) {
   }
 }
 
+TEST(CliFiles, ConvertInputThatIsNotARegularFile) {
+  const std::string out = tmp_path("converted.gguf");
+  for (const std::string& p : {tmp_dir(), make_fifo("ckpt.fifo"), std::string("/dev/zero")}) {
+    SCOPED_TRACE(p);
+    expect_failure(run({"convert", p, out}, "", kShort), "convert", "not a regular file");
+  }
+}
+
 TEST(CliFiles, ModelThatIsAFifoOrADevice) {
   for (const std::string& p : {make_fifo("model.fifo"), std::string("/dev/zero"), std::string("/dev/null")}) {
     SCOPED_TRACE(p);
