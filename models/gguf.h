@@ -38,7 +38,7 @@ enum class ValueType : uint32_t {
 
 const char* value_type_name(ValueType t);
 
-struct ArrayCodec;
+struct ArrayCodec;  // models/gguf.cpp: reads, checks and decodes arrays
 
 // One metadata value.  Scalars are widened into i/u/f (integers: both i and u
 // hold the value when it fits; floats: f); strings in s.  An array keeps its
@@ -57,7 +57,7 @@ struct Value {
 
   bool is_integer() const;  // any of the (u)int types or BOOL
 
-  // ARRAY only (0 / throws for other types).
+  // Arrays only: size() is 0 and at() throws for any other type.
   size_t size() const { return static_cast<size_t>(count_); }
   bool empty() const { return count_ == 0; }
   // Element k, decoded (a nested array comes back as an ARRAY Value).
@@ -66,11 +66,12 @@ struct Value {
   // Element k of a STRING array, without a copy; valid as long as the array's
   // bytes are.  Throws LILIMS_ERR_INVALID_ARGUMENT for another element type.
   std::string_view string_at(size_t k) const;
-  // An array that owns its encoding of `items` (each of type elem_type).
+  // An array that owns its encoding of `items` (each of type elem_type;
+  // throws LILIMS_ERR_INVALID_ARGUMENT otherwise).
   static Value array(ValueType elem_type, const std::vector<Value>& items);
 
  private:
-  friend struct ArrayCodec;
+  friend struct ArrayCodec;  // models/gguf.cpp: reads, checks and decodes arrays
   uint64_t count_ = 0;
   const uint8_t* data_ = nullptr;  // the encoded elements
   uint64_t data_bytes_ = 0;
