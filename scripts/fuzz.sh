@@ -8,8 +8,9 @@
 # else Debian's clang (apt-get install -y clang libclang-rt-14-dev).  Builds
 # in build-fuzz/ (LILIMS_FUZZ=ON, liblilims instrumented with
 # -fsanitize=fuzzer-no-link).  Each run starts from tests/fuzz/corpus/TARGET
-# and keeps what it finds in build-fuzz/corpus/TARGET; crashes are written to
-# build-fuzz/crash-* and make the script fail.  --ci never adds to the
+# and keeps what it finds in build-fuzz/corpus/TARGET; a crash, a timeout
+# (25 s for one input) or running out of memory writes the input to
+# build-fuzz/crash-*, timeout-* or oom-* and makes the script fail.  --ci never adds to the
 # committed corpus.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -67,9 +68,9 @@ for t in $RUN; do
   fi
   echo "fuzz.sh: fuzz_$t for $SECS s (corpus $work, seeds $seeds)" >&2
   # shellcheck disable=SC2086
-  if ! (cd "$BUILD" && "./tests/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 \
+  if ! (cd "$BUILD" && "./tests/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=25 \
           -print_final_stats=1 $opts "$work" "$seeds"); then
-    echo "fuzz.sh: fuzz_$t found a problem (see the crash-* file above)" >&2
+    echo "fuzz.sh: fuzz_$t found a problem (the input is in $BUILD/crash-*, timeout-* or oom-*)" >&2
     status=1
   fi
   [ "$CI" = 1 ] && rm -rf "$work"
