@@ -325,7 +325,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     }
     out += piece;
   }
-  return out;
+  // Byte tokens need not form UTF-8: a model may emit a lone continuation
+  // byte, and encode drops bytes a vocabulary has no token for.
+  return utf8_is_valid(out) ? out : utf8_sanitize(out);
 }
 
 StreamDecoder::StreamDecoder(const Tokenizer& t) : tok_(t) {}

@@ -98,7 +98,8 @@ class Tokenizer {
   // The full text.  A BOS at the start is dropped when the vocabulary adds
   // one (encode put it there); with
   // SentencePiece's space prefix (and WordPiece) the first piece's leading
-  // space is removed.  Other control tokens appear as their text.
+  // space is removed.  Other control tokens appear as their text.  Always
+  // valid UTF-8: bytes that form no character become U+FFFD, one each.
   std::string decode(const std::vector<int32_t>& ids) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
