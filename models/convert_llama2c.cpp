@@ -1,13 +1,11 @@
 // llama2.c .bin (+ tokenizer.bin) -> GGUF.  Formats: LLAMA2C_NOTES.md.
 #include "models/convert_llama2c.h"
 
-#include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "base/error.h"
+#include "base/file.h"
 
 namespace lilims::models {
 namespace {
@@ -144,11 +142,8 @@ bool is_byte_token(const std::string& s) {
 }
 
 std::vector<uint8_t> read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(LILIMS_ERR_IO, "[convert] cannot open " + path + ": " + std::strerror(errno));
-  std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) throw Error(LILIMS_ERR_IO, "[convert] cannot read " + path);
-  return b;
+  const std::string s = read_regular_file(path, "convert");  // refuses FIFOs and devices
+  return std::vector<uint8_t>(s.begin(), s.end());
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +16,7 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "quant/quant.h"
 
 namespace lilims::gguf {
@@ -26,6 +26,11 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint3
 constexpr uint32_t kMaxDims = 4;
 constexpr int kMaxNesting = 16;  // arrays of arrays ...; bounds the recursion
 constexpr uint32_t kGgmlTypeCount = 40;  // ids >= this are unknown to GGML
+// Real models have tens of keys and at most a few thousand tensors; each
+// parsed entry costs a few hundred bytes, so the counts bound what a small
+// hostile file can make the parser allocate.
+constexpr uint64_t kMaxKeys = 1 << 16;
+constexpr uint64_t kMaxTensors = 1 << 16;
 
 [[noreturn]] void bad(const std::string& msg) {
   throw Error(LILIMS_ERR_BAD_FORMAT, "[gguf] " + msg);
@@ -66,6 +71,11 @@ class Cursor {
   Cursor(const uint8_t* base, uint64_t size) : base_(base), size_(size) {}
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return size_ - pos_; }
+  const uint8_t* here() const { return base_ + pos_; }
+  void skip(uint64_t n) {
+    need(n, "skipped bytes");
+    pos_ += n;
+  }
 
   void need(uint64_t n, const char* what) const {
     if (n > left()) {
@@ -102,6 +112,118 @@ class Cursor {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "lilims reads GGUF on little-endian hosts");
 
+// Fixed encoded size of one element, 0 for STRING and ARRAY (variable).
+uint64_t fixed_size(ValueType t) {
+  return t == ValueType::STRING || t == ValueType::ARRAY ? 0 : min_encoded_size(t);
+}
+
+}  // namespace
+
+// Reads and checks arrays; the one place that knows Value's array storage.
+struct ArrayCodec {
+  // Reads the array whose element type comes next in c (its payload, after
+  // the ARRAY type id), checking every element; v refers to the bytes read
+  // and gets an index of where each variable-size element starts.
+  static void read(Cursor& c, Value& v, const std::string& key, int depth) {
+    if (depth >= kMaxNesting) {
+      bad("key " + key + ": arrays nested deeper than " + std::to_string(kMaxNesting) +
+          " levels at offset " + std::to_string(c.pos()));
+    }
+    const uint64_t at = c.pos();
+    const uint32_t et = c.read<uint32_t>("array element type");
+    if (!valid_value_type(et)) {
+      bad("key " + key + ": array element type " + std::to_string(et) + " at offset " +
+          std::to_string(at) + " is not a GGUF value type");
+    }
+    v.type = ValueType::ARRAY;
+    v.elem_type = static_cast<ValueType>(et);
+    const uint64_t n = c.read<uint64_t>("array count");
+    if (n > c.left() / min_encoded_size(v.elem_type)) {
+      bad("key " + key + ": array count " + std::to_string(n) + " of " +
+          value_type_name(v.elem_type) + " at offset " + std::to_string(at) +
+          " cannot fit in the " + std::to_string(c.left()) + " bytes left");
+    }
+    v.count_ = n;
+    v.data_ = c.here();
+    v.offsets_.clear();
+    const uint64_t start = c.pos();
+    if (const uint64_t size = fixed_size(v.elem_type)) {
+      if (v.elem_type == ValueType::BOOL) {
+        for (uint64_t k = 0; k < n; ++k) check_bool(c, key);
+      } else {
+        c.skip(n * size);  // n * size <= left, checked above
+      }
+    } else {
+      v.offsets_.reserve(static_cast<size_t>(n));
+      for (uint64_t k = 0; k < n; ++k) {
+        const uint64_t off = c.pos() - start;
+        if (off > std::numeric_limits<uint32_t>::max()) {
+          bad("key " + key + ": array at offset " + std::to_string(at) +
+              " holds more than 4 GiB of strings or arrays");
+        }
+        v.offsets_.push_back(static_cast<uint32_t>(off));
+        skip_element(c, v.elem_type, key, depth);
+      }
+    }
+    v.data_bytes_ = c.pos() - start;
+  }
+
+  // Checks one element of a variable-size type and moves past it.
+  static void skip_element(Cursor& c, ValueType t, const std::string& key, int depth) {
+    if (t == ValueType::STRING) {
+      const uint64_t at = c.pos();
+      const uint64_t len = c.read<uint64_t>("string length");
+      if (len > c.left()) {
+        bad("key " + key + ": string length " + std::to_string(len) + " at offset " +
+            std::to_string(at) + " exceeds the " + std::to_string(c.left()) + " bytes left");
+      }
+      c.skip(len);
+      return;
+    }
+    Value nested;  // checks without an index: only the top-level array keeps one
+    read_shallow(c, nested, key, depth + 1);
+  }
+
+  // Like read(), but the index is not kept (validation of nested arrays).
+  static void read_shallow(Cursor& c, Value& v, const std::string& key, int depth) {
+    read(c, v, key, depth);
+    std::vector<uint32_t>().swap(v.offsets_);
+  }
+
+  static void check_bool(Cursor& c, const std::string& key) {
+    const uint64_t at = c.pos();
+    const uint8_t b = c.read<uint8_t>("bool value");
+    if (b > 1) {
+      bad("key " + key + ": bool value " + std::to_string(b) + " at offset " +
+          std::to_string(at) + " is neither 0 nor 1");
+    }
+  }
+
+  // The bytes of element k (to the end of the array).
+  static Cursor element(const Value& v, size_t k) {
+    if (v.type != ValueType::ARRAY || k >= v.count_) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[gguf] element " + std::to_string(k) + " of a " + value_type_name(v.type) +
+                      " value with " + std::to_string(v.count_) + " elements");
+    }
+    const uint64_t size = fixed_size(v.elem_type);
+    const uint64_t off = size ? k * size : v.offsets_[k];
+    return Cursor(v.data_ + off, v.data_bytes_ - off);
+  }
+
+  // v's elements become bytes[at, at + data_bytes).
+  static void set_bytes(Value& v, std::shared_ptr<const std::vector<uint8_t>> bytes, size_t at) {
+    v.data_ = bytes->data() + at;
+    v.owned_ = std::move(bytes);
+  }
+  static void share_owner(const Value& from, Value& to) { to.owned_ = from.owned_; }
+  static bool owns(const Value& v) { return v.owned_ != nullptr || v.count_ == 0; }
+  static const uint8_t* data(const Value& v) { return v.data_; }
+  static uint64_t data_bytes(const Value& v) { return v.data_bytes_; }
+};
+
+namespace {
+
 void set_unsigned(Value& v, uint64_t x) {
   v.u = x;
   v.i = x <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(x)
@@ -110,30 +232,6 @@ void set_unsigned(Value& v, uint64_t x) {
 void set_signed(Value& v, int64_t x) {
   v.i = x;
   v.u = x >= 0 ? static_cast<uint64_t>(x) : 0;
-}
-
-void read_payload(Cursor& c, ValueType t, Value& v, const std::string& key, int depth);
-
-void read_array(Cursor& c, Value& v, const std::string& key, int depth) {
-  if (depth >= kMaxNesting) {
-    bad("key " + key + ": arrays nested deeper than " + std::to_string(kMaxNesting) +
-        " levels at offset " + std::to_string(c.pos()));
-  }
-  const uint64_t at = c.pos();
-  const uint32_t et = c.read<uint32_t>("array element type");
-  if (!valid_value_type(et)) {
-    bad("key " + key + ": array element type " + std::to_string(et) + " at offset " +
-        std::to_string(at) + " is not a GGUF value type");
-  }
-  v.elem_type = static_cast<ValueType>(et);
-  const uint64_t n = c.read<uint64_t>("array count");
-  if (n > c.left() / min_encoded_size(v.elem_type)) {
-    bad("key " + key + ": array count " + std::to_string(n) + " of " +
-        value_type_name(v.elem_type) + " at offset " + std::to_string(at) +
-        " cannot fit in the " + std::to_string(c.left()) + " bytes left");
-  }
-  v.arr.resize(static_cast<size_t>(n));
-  for (Value& e : v.arr) read_payload(c, v.elem_type, e, key, depth + 1);
 }
 
 void read_payload(Cursor& c, ValueType t, Value& v, const std::string& key, int depth) {
@@ -160,7 +258,7 @@ void read_payload(Cursor& c, ValueType t, Value& v, const std::string& key, int 
       break;
     }
     case ValueType::STRING: v.s = c.read_string(("value of key " + key).c_str()); break;
-    case ValueType::ARRAY: read_array(c, v, key, depth); break;
+    case ValueType::ARRAY: ArrayCodec::read(c, v, key, depth); break;
   }
 }
 
@@ -208,28 +306,38 @@ bool Value::is_integer() const {
   }
 }
 
+Value Value::at(size_t k) const {
+  Cursor c = ArrayCodec::element(*this, k);
+  Value v;
+  read_payload(c, elem_type, v, "<array element>", 1);
+  if (v.type == ValueType::ARRAY) ArrayCodec::share_owner(*this, v);
+  return v;
+}
+
+std::string_view Value::string_at(size_t k) const {
+  if (type != ValueType::ARRAY || elem_type != ValueType::STRING) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                std::string("[gguf] string_at on a ") + value_type_name(type) + " value");
+  }
+  Cursor c = ArrayCodec::element(*this, k);
+  const uint64_t len = c.read<uint64_t>("string length");
+  c.need(len, "string");  // checked when the array was read
+  return std::string_view(reinterpret_cast<const char*>(c.here()), static_cast<size_t>(len));
+}
+
 // ---------------------------------------------------------------------------
 // File
 
 std::unique_ptr<File> File::open(const std::string& path, const OpenOptions& opt) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw Error(LILIMS_ERR_IO, "[gguf] cannot open " + path + ": " + std::strerror(errno));
-  }
+  unsigned long long file_size = 0;
+  const int fd = open_regular_file(path, "gguf", &file_size);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    throw Error(LILIMS_ERR_IO, "[gguf] cannot stat " + path + ": " + std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw Error(LILIMS_ERR_IO, "[gguf] " + path + " is not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t size = file_size;
   if (size > std::numeric_limits<size_t>::max()) {
     throw Error(LILIMS_ERR_IO, "[gguf] " + path + " is too large to map");
   }
@@ -299,6 +407,10 @@ void File::parse() {
     bad("metadata count " + std::to_string(n_kv) + " cannot fit in the " +
         std::to_string(c.left()) + " bytes left");
   }
+  if (n_kv > kMaxKeys) {
+    bad("metadata count " + std::to_string(n_kv) + " exceeds the limit of " +
+        std::to_string(kMaxKeys) + " keys");
+  }
   kv_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
     const uint64_t at = c.pos();
@@ -317,8 +429,11 @@ void File::parse() {
   }
 
   if (const Value* a = find("general.alignment")) {
-    if (!a->is_integer() || a->type == ValueType::BOOL || !is_pow2(a->u) || a->u > (1u << 30)) {
-      bad("general.alignment must be a nonzero power of two, got " +
+    // Tensor data is read in place as floats and quant blocks: an alignment
+    // below 8 would let offsets misalign them.
+    if (!a->is_integer() || a->type == ValueType::BOOL || !is_pow2(a->u) || a->u < 8 ||
+        a->u > (1u << 30)) {
+      bad("general.alignment must be a power of two from 8 to 2^30, got " +
           (a->is_integer() ? std::to_string(a->i) : type_desc(*a)));
     }
     alignment_ = a->u;
@@ -328,6 +443,10 @@ void File::parse() {
   if (n_tensors > c.left() / 24) {
     bad("tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
         std::to_string(c.left()) + " bytes left");
+  }
+  if (n_tensors > kMaxTensors) {
+    bad("tensor count " + std::to_string(n_tensors) + " exceeds the limit of " +
+        std::to_string(kMaxTensors) + " tensors");
   }
   tensors_.reserve(static_cast<size_t>(n_tensors));
   for (uint64_t k = 0; k < n_tensors; ++k) {
@@ -501,22 +620,29 @@ void File::require_readable_types() const {
 // Writer
 
 void Writer::set_alignment(uint32_t alignment) {
-  if (!is_pow2(alignment)) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                "[gguf] alignment " + std::to_string(alignment) + " is not a power of two");
+  if (!is_pow2(alignment) || alignment < 8) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[gguf] alignment " + std::to_string(alignment) +
+                                                 " is not a power of two of at least 8");
   }
   alignment_ = alignment;
   add_u32("general.alignment", alignment);
 }
 
 void Writer::add(const std::string& key, const Value& value) {
+  Value own = value;
+  if (own.type == ValueType::ARRAY && !ArrayCodec::owns(own)) {
+    // A parsed array points into its File, which may go before this writer.
+    const uint8_t* p = ArrayCodec::data(own);
+    ArrayCodec::set_bytes(own, std::make_shared<const std::vector<uint8_t>>(
+                                   p, p + ArrayCodec::data_bytes(own)), 0);
+  }
   for (KeyValue& kv : kv_) {
     if (kv.key == key) {
-      kv.value = value;
+      kv.value = std::move(own);
       return;
     }
   }
-  kv_.push_back({key, value});
+  kv_.push_back({key, std::move(own)});
 }
 
 void Writer::add_u32(const std::string& key, uint32_t v) {
@@ -551,37 +677,28 @@ void Writer::add_string(const std::string& key, const std::string& v) {
   add(key, x);
 }
 void Writer::add_string_array(const std::string& key, const std::vector<std::string>& v) {
-  Value x;
-  x.type = ValueType::ARRAY;
-  x.elem_type = ValueType::STRING;
-  x.arr.resize(v.size());
+  std::vector<Value> items(v.size());
   for (size_t k = 0; k < v.size(); ++k) {
-    x.arr[k].type = ValueType::STRING;
-    x.arr[k].s = v[k];
+    items[k].type = ValueType::STRING;
+    items[k].s = v[k];
   }
-  add(key, x);
+  add(key, Value::array(ValueType::STRING, items));
 }
 void Writer::add_f32_array(const std::string& key, const std::vector<float>& v) {
-  Value x;
-  x.type = ValueType::ARRAY;
-  x.elem_type = ValueType::FLOAT32;
-  x.arr.resize(v.size());
+  std::vector<Value> items(v.size());
   for (size_t k = 0; k < v.size(); ++k) {
-    x.arr[k].type = ValueType::FLOAT32;
-    x.arr[k].f = v[k];
+    items[k].type = ValueType::FLOAT32;
+    items[k].f = v[k];
   }
-  add(key, x);
+  add(key, Value::array(ValueType::FLOAT32, items));
 }
 void Writer::add_i32_array(const std::string& key, const std::vector<int32_t>& v) {
-  Value x;
-  x.type = ValueType::ARRAY;
-  x.elem_type = ValueType::INT32;
-  x.arr.resize(v.size());
+  std::vector<Value> items(v.size());
   for (size_t k = 0; k < v.size(); ++k) {
-    x.arr[k].type = ValueType::INT32;
-    set_signed(x.arr[k], v[k]);
+    items[k].type = ValueType::INT32;
+    set_signed(items[k], v[k]);
   }
-  add(key, x);
+  add(key, Value::array(ValueType::INT32, items));
 }
 
 void Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
@@ -651,8 +768,8 @@ class Out {
       case ValueType::STRING: str(v.s); break;
       case ValueType::ARRAY:
         put<uint32_t>(static_cast<uint32_t>(v.elem_type));
-        put<uint64_t>(v.arr.size());
-        for (const Value& e : v.arr) payload(v.elem_type, e);
+        put<uint64_t>(v.size());
+        b_.insert(b_.end(), ArrayCodec::data(v), ArrayCodec::data(v) + ArrayCodec::data_bytes(v));
         break;
     }
   }
@@ -662,6 +779,27 @@ class Out {
 };
 
 }  // namespace
+
+Value Value::array(ValueType elem_type, const std::vector<Value>& items) {
+  std::vector<uint8_t> b;
+  Out o(b);
+  o.put<uint32_t>(static_cast<uint32_t>(elem_type));
+  o.put<uint64_t>(items.size());
+  for (const Value& e : items) {
+    if (e.type != elem_type) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  std::string("[gguf] array of ") + value_type_name(elem_type) + " given a " +
+                      value_type_name(e.type) + " element");
+    }
+    o.payload(elem_type, e);
+  }
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(b));
+  Value v;
+  Cursor c(bytes->data(), bytes->size());
+  ArrayCodec::read(c, v, "<new array>", 0);
+  ArrayCodec::set_bytes(v, bytes, 12);  // after the element type and the count
+  return v;
+}
 
 std::vector<uint8_t> Writer::to_bytes() const {
   std::vector<uint8_t> b;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -37,19 +38,45 @@ enum class ValueType : uint32_t {
 
 const char* value_type_name(ValueType t);
 
+struct ArrayCodec;  // models/gguf.cpp: reads, checks and decodes arrays
+
 // One metadata value.  Scalars are widened into i/u/f (integers: both i and u
-// hold the value when it fits; floats: f); strings in s; arrays in arr, with
-// elem_type naming the element type (arrays may nest).
+// hold the value when it fits; floats: f); strings in s.  An array keeps its
+// elements encoded as in the file and decodes one on access, so metadata
+// costs no more than the bytes it came from (plus 4 bytes of index per
+// string or nested-array element).  A parsed array points into its File's
+// image: it and its copies are valid while the File lives (Writer::add
+// takes its own copy); arrays made with Value::array own their bytes.
 struct Value {
   ValueType type = ValueType::UINT8;
   uint64_t u = 0;
   int64_t i = 0;
   double f = 0.0;
   std::string s;
-  ValueType elem_type = ValueType::UINT8;  // for ARRAY
-  std::vector<Value> arr;                  // for ARRAY
+  ValueType elem_type = ValueType::UINT8;  // for ARRAY; arrays may nest
 
   bool is_integer() const;  // any of the (u)int types or BOOL
+
+  // Arrays only: size() is 0 and at() throws for any other type.
+  size_t size() const { return static_cast<size_t>(count_); }
+  bool empty() const { return count_ == 0; }
+  // Element k, decoded (a nested array comes back as an ARRAY Value).
+  // Throws lilims::Error LILIMS_ERR_INVALID_ARGUMENT for k >= size().
+  Value at(size_t k) const;
+  // Element k of a STRING array, without a copy; valid as long as the array's
+  // bytes are.  Throws LILIMS_ERR_INVALID_ARGUMENT for another element type.
+  std::string_view string_at(size_t k) const;
+  // An array that owns its encoding of `items` (each of type elem_type;
+  // throws LILIMS_ERR_INVALID_ARGUMENT otherwise).
+  static Value array(ValueType elem_type, const std::vector<Value>& items);
+
+ private:
+  friend struct ArrayCodec;  // models/gguf.cpp: reads, checks and decodes arrays
+  uint64_t count_ = 0;
+  const uint8_t* data_ = nullptr;  // the encoded elements
+  uint64_t data_bytes_ = 0;
+  std::vector<uint32_t> offsets_;  // STRING/ARRAY elements: where element k starts in data_
+  std::shared_ptr<const std::vector<uint8_t>> owned_;  // data_ points into it when set
 };
 
 struct KeyValue {
@@ -138,7 +165,7 @@ class File {
 // Builds a GGUF v3 file in memory: for converters, quantize and tests.
 class Writer {
  public:
-  void set_alignment(uint32_t alignment);  // also writes general.alignment
+  void set_alignment(uint32_t alignment);  // a power of two >= 8; also writes general.alignment
   // Keeps insertion order; adding an existing key replaces its value in place.
   void add(const std::string& key, const Value& value);
   void add_u32(const std::string& key, uint32_t v);

@@ -1,6 +1,7 @@
 #include "models/llama.h"
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "base/error.h"
@@ -105,9 +106,19 @@ std::unique_ptr<LlamaModel> load_llama(std::unique_ptr<gguf::File> file, const L
   }
   const gguf::TensorInfo& embd = f.require_tensor("token_embd.weight");
   if (embd.ne.size() != 2) bad(LILIMS_ERR_BAD_FORMAT, "token_embd.weight must be 2-D");
+  if (embd.ne[1] > (uint64_t)INT32_MAX) bad(LILIMS_ERR_BAD_FORMAT, "token_embd.weight has too many rows");
   hp.n_vocab = (int32_t)embd.ne[1];
   if (f.find("llama.vocab_size") && f.get_int("llama.vocab_size") != hp.n_vocab) {
     bad(LILIMS_ERR_BAD_FORMAT, "llama.vocab_size disagrees with token_embd.weight");
+  }
+  // One token per embedding row, as llama.cpp requires: a shorter vocabulary
+  // would let sampling pick an id the tokenizer cannot decode.
+  if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens")) {
+    if (toks->type == gguf::ValueType::ARRAY && toks->size() != (size_t)hp.n_vocab) {
+      bad(LILIMS_ERR_BAD_FORMAT, "tokenizer.ggml.tokens has " + std::to_string(toks->size()) +
+                                     " tokens but token_embd.weight has " +
+                                     std::to_string(hp.n_vocab) + " rows");
+    }
   }
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the release build, the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer, and the NEON kernels
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded tests
+# under ThreadSanitizer, a short libFuzzer run, and the NEON kernels
 # cross-built for aarch64 and run under qemu.  Needs ../shared beside the repo.
 #   scripts/test.sh            everything (what CI runs)
-#   LILIMS_SKIP_ASAN=1 / LILIMS_SKIP_TSAN=1 / LILIMS_SKIP_CROSS=1 to leave a part out
+#   LILIMS_SKIP_ASAN=1 / LILIMS_SKIP_TSAN=1 / LILIMS_SKIP_FUZZ=1 / LILIMS_SKIP_CROSS=1 to leave a part out
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -41,6 +42,11 @@ if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   build-tsan/tests/c_api/test_c_api "$PWD/../shared/data/stories260K/stories260K.gguf"
   build-tsan/tests/c_api/test_c_api_contracts
   unset TSAN_OPTIONS
+fi
+
+if [ -z "${LILIMS_SKIP_FUZZ:-}" ]; then
+  echo "== libFuzzer: GGUF reader and tokenizers, 20 s each over tests/fuzz/corpus"
+  scripts/fuzz.sh --ci
 fi
 
 if [ -z "${LILIMS_SKIP_CROSS:-}" ] && [ -x scripts/cross_test.sh ]; then

@@ -1,5 +1,9 @@
 // Tokenizer from GGUF metadata (the tokenizer.ggml.* keys llama.cpp's
 // converter writes).
+#include <cctype>
+#include <climits>
+#include <initializer_list>
+
 #include "base/error.h"
 #include "models/gguf.h"
 #include "tokenizer/pretokenize.h"
@@ -9,19 +13,81 @@ namespace lilims::tok {
 
 namespace {
 
-const gguf::Value* find_array(const gguf::File& f, const std::string& key, bool required) {
+[[noreturn]] void bad(const std::string& msg) {
+  throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] " + msg);
+}
+
+// The array under `key`, with elements of one of the accepted types.
+const gguf::Value* find_array(const gguf::File& f, const std::string& key, bool required,
+                              std::initializer_list<gguf::ValueType> elem_types) {
   const gguf::Value* v = f.find(key);
   if (!v) {
     if (required) throw Error(LILIMS_ERR_MISSING, "[tokenizer] missing required key " + key);
     return nullptr;
   }
   if (v->type != gguf::ValueType::ARRAY) {
-    throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] " + key + " is not an array");
+    bad(key + " has type " + gguf::value_type_name(v->type) + ", expected an array");
   }
-  return v;
+  for (gguf::ValueType t : elem_types) {
+    if (v->elem_type == t) return v;
+  }
+  bad(key + " is an array of " + gguf::value_type_name(v->elem_type) + ", expected an array of " +
+      gguf::value_type_name(*elem_types.begin()));
+}
+
+bool is_integer_type(gguf::ValueType t) {
+  gguf::Value probe;
+  probe.type = t;
+  return probe.is_integer() && t != gguf::ValueType::BOOL;
+}
+
+// A special-token id: an integer in [-1, 2^32).  UINT32 0xFFFFFFFF is how
+// some converters write "none"; ids past the vocabulary are dropped later
+// (finalize), as llama.cpp ignores them.  Anything else would be truncated.
+int32_t token_id(const gguf::File& f, const std::string& key, int32_t fallback) {
+  const gguf::Value* v = f.find(key);
+  if (!v) return fallback;
+  if (!is_integer_type(v->type)) {
+    bad(key + " has type " + gguf::value_type_name(v->type) + ", expected an integer token id");
+  }
+  const bool negative = v->i < 0;
+  if ((negative && v->i != -1) || (!negative && v->u > 0xFFFFFFFFull)) {
+    bad(key + " is " + (negative ? std::to_string(v->i) : std::to_string(v->u)) +
+        ", not a token id");
+  }
+  if (negative || v->u == 0xFFFFFFFFull) return -1;
+  return v->u > static_cast<uint64_t>(INT32_MAX) ? -1 : static_cast<int32_t>(v->u);
 }
 
 }  // namespace
+
+void Tokenizer::set_strip_by_name(std::string name, const std::string& arch, const std::string& pre) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto contains = [](const std::string& s, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) {
+      if (s.find(p) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto set = [&](const char* text, uint8_t flag, bool on) {
+    const int32_t id = index_.find(text);
+    if (id < 0) return;
+    strip_[id] = on ? (strip_[id] | flag) : (strip_[id] & ~flag);
+  };
+  if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+      contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+    set("<mask>", kStripLeft, true);
+  } else if (contains(name, {"phi-3", "phi3"})) {
+    for (size_t id = 0; id < types_.size(); ++id) {
+      const uint8_t ty = types_[id];
+      if (ty == kTokenControl || ty == kTokenUserDefined || ty == kTokenUnknown) strip_[id] |= kStripRight;
+    }
+    set("</s>", kStripRight, true);
+    for (const char* s : {"<unk>", "<s>", "<|endoftext|>"}) set(s, kStripRight, false);
+  } else if (contains(name, {"modern-bert"})) {
+    set("[MASK]", kStripLeft, true);
+  }
+}
 
 void Tokenizer::add_merge(const std::string& left, const std::string& right, int32_t rank) {
   const int32_t a = index_.find(left), b = index_.find(right);
@@ -56,24 +122,40 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     t->ignore_merges_ = t->pre_ == PreTokenizer::kLlama3;
   }
 
-  const gguf::Value* toks = find_array(f, "tokenizer.ggml.tokens", true);
-  t->tokens_.reserve(toks->arr.size());
-  for (const gguf::Value& v : toks->arr) t->tokens_.push_back(v.s);
+  using VT = gguf::ValueType;
+  const gguf::Value* toks = find_array(f, "tokenizer.ggml.tokens", true, {VT::STRING});
+  if (toks->size() > static_cast<size_t>(INT32_MAX)) bad("tokenizer.ggml.tokens has too many tokens");
+  t->tokens_.reserve(toks->size());
+  for (size_t k = 0; k < toks->size(); ++k) t->tokens_.emplace_back(toks->string_at(k));
   const size_t n = t->tokens_.size();
-  if (const gguf::Value* sc = find_array(f, "tokenizer.ggml.scores", false)) {
-    if (sc->arr.size() != n) throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] tokenizer.ggml.scores has the wrong length");
+  if (const gguf::Value* sc =
+          find_array(f, "tokenizer.ggml.scores", false, {VT::FLOAT32, VT::FLOAT64})) {
+    if (sc->size() != n) {
+      bad("tokenizer.ggml.scores has " + std::to_string(sc->size()) + " entries for " +
+          std::to_string(n) + " tokens");
+    }
     t->scores_.reserve(n);
-    for (const gguf::Value& v : sc->arr) t->scores_.push_back(static_cast<float>(v.f));
+    for (size_t k = 0; k < n; ++k) t->scores_.push_back(static_cast<float>(sc->at(k).f));
   }
-  if (const gguf::Value* ty = find_array(f, "tokenizer.ggml.token_type", false)) {
-    if (ty->arr.size() != n) throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] tokenizer.ggml.token_type has the wrong length");
+  if (const gguf::Value* ty = find_array(f, "tokenizer.ggml.token_type", false,
+                                         {VT::INT32, VT::UINT32, VT::INT8, VT::UINT8, VT::INT16,
+                                          VT::UINT16, VT::INT64, VT::UINT64})) {
+    if (ty->size() != n) {
+      bad("tokenizer.ggml.token_type has " + std::to_string(ty->size()) + " entries for " +
+          std::to_string(n) + " tokens");
+    }
     t->types_.reserve(n);
-    for (const gguf::Value& v : ty->arr) t->types_.push_back(static_cast<uint8_t>(v.i));
+    for (size_t k = 0; k < n; ++k) {
+      const gguf::Value e = ty->at(k);
+      if (e.i < 0 || e.u > 0xFF) {
+        bad("tokenizer.ggml.token_type[" + std::to_string(k) + "] is " +
+            (e.i < 0 ? std::to_string(e.i) : std::to_string(e.u)) + ", not a token type");
+      }
+      t->types_.push_back(static_cast<uint8_t>(e.u));
+    }
   }
 
-  auto id_key = [&](const char* key, int32_t fallback) {
-    return static_cast<int32_t>(f.get_int_or(key, fallback));
-  };
+  auto id_key = [&](const char* key, int32_t fallback) { return token_id(f, key, fallback); };
   const bool spm = t->type_ == VocabType::kSpm;
   const bool wpm = t->type_ == VocabType::kWordPiece;
   t->bos_ = id_key(wpm ? "tokenizer.ggml.cls_token_id" : "tokenizer.ggml.bos_token_id", spm ? 1 : -1);
@@ -89,17 +171,20 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   t->chat_template_ = f.get_string_or("tokenizer.chat_template", "");
 
   t->finalize();
+  t->set_strip_by_name(f.get_string_or("general.name", ""), f.get_string_or("general.architecture", ""),
+                       f.get_string_or("tokenizer.ggml.pre", ""));
 
   if (t->type_ == VocabType::kBpe) {
-    const gguf::Value* merges = find_array(f, "tokenizer.ggml.merges", true);
-    t->merges_.reserve(merges->arr.size() * 2);
+    const gguf::Value* merges = find_array(f, "tokenizer.ggml.merges", true, {VT::STRING});
+    t->merges_.reserve(merges->size() * 2);
     int32_t rank = 0;
-    for (const gguf::Value& v : merges->arr) {
-      const size_t sp = v.s.find(' ', 1);
-      if (sp == std::string::npos) {
-        throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] bad merge '" + v.s + "' (tokenizer.ggml.merges)");
+    for (size_t k = 0; k < merges->size(); ++k) {
+      const std::string_view m = merges->string_at(k);
+      const size_t sp = m.find(' ', 1);
+      if (sp == std::string_view::npos) {
+        bad("bad merge '" + std::string(m) + "' (tokenizer.ggml.merges)");
       }
-      t->add_merge(v.s.substr(0, sp), v.s.substr(sp + 1), rank++);
+      t->add_merge(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)), rank++);
     }
   }
   return t;

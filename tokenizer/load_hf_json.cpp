@@ -138,10 +138,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& json_text)
       t->tokens_[id] = text;
       t->types_[id] = type;
     }
+    t->strip_.assign(n, 0);
     for (const json& a : added) {
       const int32_t id = a.at("id").get<int32_t>();
       t->tokens_[id] = a.at("content").get<std::string>();
       t->types_[id] = a.value("special", false) ? kTokenControl : kTokenUserDefined;
+      t->strip_[id] = (a.value("lstrip", false) ? kStripLeft : 0) |
+                      (a.value("rstrip", false) ? kStripRight : 0);
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       const std::string unk = model["unk_token"].get<std::string>();

@@ -16,6 +16,10 @@ namespace {
 
 constexpr const char* kSpmSpace = "\xE2\x96\x81";  // U+2581
 
+// The whitespace lstrip/rstrip remove: C's isspace() in the C locale, as
+// llama.cpp strips (HF strips Unicode whitespace; the two agree on ASCII).
+bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 uint64_t hash_bytes(std::string_view s) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : s) {
@@ -67,7 +71,8 @@ void Tokenizer::finalize() {
   if (n == 0) throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] the vocabulary is empty");
   if (scores_.empty()) scores_.assign(n, 0.0f);
   if (types_.empty()) types_.assign(n, kTokenNormal);
-  if (scores_.size() != n || types_.size() != n) {
+  if (strip_.empty()) strip_.assign(n, 0);
+  if (scores_.size() != n || types_.size() != n || strip_.size() != n) {
     throw Error(LILIMS_ERR_BAD_FORMAT, "[tokenizer] tokens, scores and token types differ in length");
   }
   auto valid = [&](int32_t& id) {
@@ -213,9 +218,16 @@ std::vector<int32_t> Tokenizer::encode_segments(const std::vector<Segment>& segm
       ++pos;
       continue;
     }
-    encode_fragment(text.substr(frag, pos - frag), first, &out);
+    std::string_view left = text.substr(frag, pos - frag);
+    if (strip_[id] & kStripLeft) {
+      while (!left.empty() && is_c_space(left.back())) left.remove_suffix(1);
+    }
+    encode_fragment(left, first, &out);
     out.push_back(id);
     pos += len;
+    if (strip_[id] & kStripRight) {
+      while (pos < text.size() && is_c_space(text[pos])) ++pos;
+    }
     frag = pos;
     first = true;
   }
@@ -330,7 +342,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     }
     out += piece;
   }
-  return out;
+  // Byte tokens need not form UTF-8: a model may emit a lone continuation
+  // byte, and encode drops bytes a vocabulary has no token for.
+  return utf8_is_valid(out) ? out : utf8_sanitize(out);
 }
 
 StreamDecoder::StreamDecoder(const Tokenizer& t) : tok_(t) {}

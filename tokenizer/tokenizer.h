@@ -13,7 +13,14 @@
 //
 // Control tokens ("<|im_start|>", "</s>") are recognised in text only when
 // parse_special is set; user-defined (added, non-special) tokens always are.
-// Either way a recognised token is emitted whole, never split.
+// Either way a recognised token is emitted whole, never split.  A recognised
+// token may strip the ASCII whitespace before it (lstrip) or after it
+// (rstrip): from a tokenizer.json's added_tokens, or in a GGUF by
+// llama.cpp's rules, which key on names because GGUF stores no such flag
+// (general.name containing "phi-3"/"phi3": every special token but <unk>,
+// <s> and <|endoftext|> strips after itself; jina-v2 pre-tokenizers,
+// nomic-bert-moe / jina-bert-v3 architectures: <mask> strips before;
+// "modern-bert": [MASK] strips before).
 //
 // Invalid UTF-8 input: every byte that is not part of a well-formed UTF-8
 // sequence is replaced by U+FFFD before tokenizing (so encode never fails
@@ -98,7 +105,8 @@ class Tokenizer {
   // The full text.  A BOS at the start is dropped when the vocabulary adds
   // one (encode put it there); with
   // SentencePiece's space prefix (and WordPiece) the first piece's leading
-  // space is removed.  Other control tokens appear as their text.
+  // space is removed.  Other control tokens appear as their text.  Always
+  // valid UTF-8: bytes that form no character become U+FFFD, one each.
   std::string decode(const std::vector<int32_t>& ids) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
@@ -146,11 +154,16 @@ class Tokenizer {
   // Longest special/added token starting at text[pos]: its id and length.
   int32_t match_special(std::string_view text, size_t pos, bool parse_special, size_t* len) const;
   void add_merge(const std::string& left, const std::string& right, int32_t rank);
+  // llama.cpp's lstrip/rstrip rules for GGUF vocabularies (see the top of
+  // this file); after finalize().
+  void set_strip_by_name(std::string name, const std::string& arch, const std::string& pre);
 
   VocabType type_ = VocabType::kSpm;
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<uint8_t> types_;
+  enum : uint8_t { kStripLeft = 1, kStripRight = 2 };
+  std::vector<uint8_t> strip_;  // per id: kStripLeft | kStripRight (empty: none)
   int32_t bos_ = -1, eos_ = -1, unk_ = -1, eot_ = -1, eom_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   bool add_space_prefix_ = true;  // SentencePiece: prepend U+2581

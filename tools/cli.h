@@ -1,6 +1,7 @@
 // The `lilims` command line: subcommands register themselves here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,12 @@ const std::vector<Command>& commands();
 // Prints "lilims NAME: MESSAGE" to stderr and returns 1 (for `return fail(...)`).
 int fail(const char* name, const std::string& message);
 
-// Parses an integer/float argument or throws std::invalid_argument with a
-// message naming the flag.
-long parse_int(const char* flag, const char* text);
+// Parse an option's value or throw std::invalid_argument with a message
+// naming the flag and the accepted range.  Integers are plain decimal (an
+// optional '-', then digits: no spaces, no '+', no hex) and must lie in
+// [lo, hi]: a value that does not fit is refused, never wrapped.
+int64_t parse_int(const char* flag, const char* text, int64_t lo, int64_t hi);
+uint64_t parse_u64(const char* flag, const char* text);  // 0 .. 2^64-1
 double parse_float(const char* flag, const char* text);
 
 }  // namespace lilims::cli

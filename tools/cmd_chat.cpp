@@ -22,7 +22,7 @@ void usage() {
                "usage: lilims chat [-m MODEL.gguf] [--system TEXT] [options]\n"
                "  reads one user message per line from stdin; an empty line or EOF ends.\n"
                "  -n N (max tokens per answer, default 512), --template NAME, --temp T,\n"
-               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S,\n"
+               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S,\n"
                "  -t THREADS, -c CTX, --ctx-beyond-train, --exec fast|ref|oracle\n"
                "  --parse-special-in-prompt  special-token text in messages becomes special tokens\n"
                "                             (by default it is plain text: only the template's\n"
@@ -51,7 +51,7 @@ int chat_main(int argc, char** argv) {
       } else if (a == "--parse-special-in-prompt") {
         special_in_messages = true;
       } else if (a == "-n" || a == "--n-predict") {
-        gen.max_tokens = (int32_t)cli::parse_int("-n", next());
+        gen.max_tokens = (int32_t)cli::parse_int("-n", next(), -1, INT32_MAX);
       } else if (a == "-h" || a == "--help") {
         usage();
         return 0;

@@ -66,16 +66,23 @@ std::string scalar_text(const Value& v) {
 std::string value_text(const Value& v, size_t max_items) {
   if (v.type != ValueType::ARRAY) return scalar_text(v);
   std::string s = std::string("ARRAY of ") + lilims::gguf::value_type_name(v.elem_type) + "[" +
-                  std::to_string(v.arr.size()) + "] [";
-  for (size_t k = 0; k < v.arr.size(); ++k) {
+                  std::to_string(v.size()) + "] [";
+  for (size_t k = 0; k < v.size(); ++k) {
     if (k == max_items) {
       s += ", ...";
       break;
     }
     if (k) s += ", ";
-    s += v.arr[k].type == ValueType::ARRAY ? value_text(v.arr[k], max_items) : scalar_text(v.arr[k]);
+    s += value_text(v.at(k), max_items);
   }
   return s + "]";
+}
+
+// Keys and tensor names are as untrusted as values: escaped the same way,
+// without the quotes (they are the row labels).
+std::string name_text(const std::string& s) {
+  const std::string q = quoted(s, SIZE_MAX);
+  return q.substr(1, q.size() - 2);
 }
 
 std::string shape_text(const std::vector<uint64_t>& ne) {
@@ -105,24 +112,24 @@ int inspect_file(const std::string& path, bool all) {
               path.c_str(), f->version(), f->file_size(), f->alignment(), f->data_offset());
   std::printf("\nmetadata (%zu keys):\n", f->metadata().size());
   size_t key_w = 0;
-  for (const auto& kv : f->metadata()) key_w = std::max(key_w, kv.key.size());
+  for (const auto& kv : f->metadata()) key_w = std::max(key_w, name_text(kv.key).size());
   for (const auto& kv : f->metadata()) {
     const std::string type = kv.value.type == ValueType::ARRAY
                                  ? ""
                                  : std::string(lilims::gguf::value_type_name(kv.value.type)) + " ";
-    std::printf("  %-*s %s%s\n", static_cast<int>(key_w), kv.key.c_str(), type.c_str(),
+    std::printf("  %-*s %s%s\n", static_cast<int>(key_w), name_text(kv.key).c_str(), type.c_str(),
                 value_text(kv.value, all ? SIZE_MAX : 8).c_str());
   }
   std::printf("\ntensors (%zu):\n", f->tensors().size());
   size_t name_w = 4;
-  for (const auto& t : f->tensors()) name_w = std::max(name_w, t.name.size());
+  for (const auto& t : f->tensors()) name_w = std::max(name_w, name_text(t.name).size());
   std::printf("  %-*s %-6s %-22s %14s %14s\n", static_cast<int>(name_w), "name", "type", "shape",
               "offset", "bytes");
   uint64_t total_bytes = 0, total_el = 0, unreadable = 0;
   for (const auto& t : f->tensors()) {
     const bool readable = lilims::quant::type_traits(t.type) != nullptr;
     std::printf("  %-*s %-6s %-22s %14" PRIu64 " %14s\n", static_cast<int>(name_w),
-                t.name.c_str(), lilims::quant::ggml_type_name(t.type), shape_text(t.ne).c_str(),
+                name_text(t.name).c_str(), lilims::quant::ggml_type_name(t.type), shape_text(t.ne).c_str(),
                 t.offset, readable ? std::to_string(t.n_bytes).c_str() : "?");
     total_bytes += t.n_bytes;
     total_el += t.n_elements;

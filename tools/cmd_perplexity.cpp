@@ -40,7 +40,7 @@ int perplexity_main(int argc, char** argv) {
       if (a == "-f" || a == "--file") {
         text_path = next();
       } else if (a == "--chunks") {
-        max_chunks = cli::parse_int("--chunks", next());
+        max_chunks = cli::parse_int("--chunks", next(), -1, INT32_MAX);
       } else if (a == "-h" || a == "--help") {
         usage();
         return 0;

@@ -1,5 +1,6 @@
 // lilims run: one prompt in, generated text out (stdout carries only the
 // text, streamed; diagnostics and statistics go to stderr).
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +32,7 @@ void usage() {
                "  --json                 the output is one strictly valid JSON object\n"
                "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
                "  --temp T               temperature (default 0: greedy)\n"
-               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
+               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S\n"
                "  -t, --threads N        threads (default: all cores)\n"
                "  -c, --ctx N            context length (default: the model's, up to 4096)\n"
                "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
@@ -41,7 +42,7 @@ void usage() {
 
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
-  std::string prompt, system_prompt, template_name;
+  std::string prompt, prompt_file, system_prompt, template_name;
   bool have_prompt = false, raw = false, quiet = false, special_in_prompt = false;
   runtime::GenerateOptions gen;
   gen.max_tokens = 128;
@@ -57,10 +58,10 @@ int run_main(int argc, char** argv) {
         prompt = next();
         have_prompt = true;
       } else if (a == "-f" || a == "--file") {
-        prompt = tools::read_text_file(next());
+        prompt_file = next();
         have_prompt = true;
       } else if (a == "-n" || a == "--n-predict") {
-        gen.max_tokens = (int32_t)cli::parse_int("-n", next());
+        gen.max_tokens = (int32_t)cli::parse_int("-n", next(), -1, INT32_MAX);
       } else if (a == "--system") {
         system_prompt = next();
       } else if (a == "--raw") {
@@ -89,6 +90,7 @@ int run_main(int argc, char** argv) {
   }
 
   try {
+    if (!prompt_file.empty()) prompt = tools::read_text_file(prompt_file);
     auto model = tools::open_model(common);
     runtime::Session session(*model, common.session_options());
     const std::string tmpl = template_name.empty() ? model->chat_template() : template_name;
@@ -132,8 +134,6 @@ int run_main(int argc, char** argv) {
     }
     if (!quiet) tools::print_stats(stderr, r, session);
     return 0;
-  } catch (const Error& e) {
-    return cli::fail("run", e.what());
   } catch (const std::exception& e) {
     return cli::fail("run", e.what());
   }

@@ -4,8 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -13,6 +11,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "tools/cli.h"
+#include "tools/common.h"
 
 namespace {
 
@@ -83,7 +82,7 @@ int tokenize_main(int argc, char** argv) {
         std::fputs(kTokenizeUsage, stdout);
         return 0;
       } else if (a == "-m" || a == "--model") {
-        model = next();
+        model = lilims::tools::model_arg(a, next());
       } else if (a == "-f" || a == "--file") {
         file = next();
       } else if (a == "--no-bos") {
@@ -105,13 +104,9 @@ int tokenize_main(int argc, char** argv) {
     }
   }
   if (have_text == !file.empty()) return lilims::cli::fail("tokenize", "expects TEXT or -f FILE (try --help)");
-  if (!file.empty()) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return lilims::cli::fail("tokenize", "cannot read " + file);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
   if (model.empty()) model = default_model();
   try {
+    if (!file.empty()) text = lilims::tools::read_text_file(file);
     auto tok = load(model);
     const std::vector<int32_t> ids = tok->encode(text, !no_bos, parse_special);
     if (ids_only) {
@@ -137,9 +132,9 @@ int detokenize_main(int argc, char** argv) {
         return 0;
       } else if (a == "-m" || a == "--model") {
         if (i + 1 >= argc) throw std::invalid_argument("-m needs a value");
-        model = argv[++i];
+        model = lilims::tools::model_arg(a, argv[++i]);
       } else {
-        ids.push_back(static_cast<int32_t>(lilims::cli::parse_int("ID", a.c_str())));
+        ids.push_back(static_cast<int32_t>(lilims::cli::parse_int("ID", a.c_str(), 0, INT32_MAX)));
       }
     } catch (const std::exception& e) {
       return lilims::cli::fail("detokenize", e.what());

@@ -1,25 +1,30 @@
 #include "tools/common.h"
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "kernels/cpu.h"
 #include "tools/cli.h"
 
 namespace lilims::tools {
 
+std::string model_arg(const std::string& flag, const char* value) {
+  if (!*value) throw std::invalid_argument(flag + " was given an empty path");
+  return value;
+}
+
 bool CommonArgs::parse(const std::string& a, const std::function<const char*()>& next) {
   if (a == "-m" || a == "--model") {
-    model_path = next();
+    model_path = model_arg(a, next());
   } else if (a == "-t" || a == "--threads") {
-    n_threads = (int32_t)cli::parse_int("-t", next());
-    if (n_threads < 1 || n_threads > 256) throw std::invalid_argument("-t must be 1..256");
+    n_threads = (int32_t)cli::parse_int("-t", next(), 1, 256);
   } else if (a == "-c" || a == "--ctx") {
-    n_ctx = (int32_t)cli::parse_int("-c", next());
-    if (n_ctx < 1) throw std::invalid_argument("-c must be positive");
+    n_ctx = (int32_t)cli::parse_int("-c", next(), 1, kMaxCtx);
   } else if (a == "--ctx-beyond-train") {
     ctx_beyond_train = true;
   } else if (a == "--exec") {
@@ -63,7 +68,7 @@ std::unique_ptr<runtime::Model> open_model(const CommonArgs& args) {
   std::string path = args.model_path;
   if (path.empty()) {
     path = default_model_path();
-    if (!std::ifstream(path).good()) {
+    if (::access(path.c_str(), R_OK) != 0) {  // no open: the path might be a FIFO
       throw Error(LILIMS_ERR_IO, "no -m MODEL given and the default model is not at " + path +
                                      " (run scripts/fetch_model.sh)");
     }
@@ -78,7 +83,7 @@ bool parse_sampling(const std::string& a, const std::function<const char*()>& ne
   if (a == "--temp") {
     p.temperature = (float)cli::parse_float("--temp", next());
   } else if (a == "--top-k") {
-    p.top_k = (int32_t)cli::parse_int("--top-k", next());
+    p.top_k = (int32_t)cli::parse_int("--top-k", next(), 0, INT32_MAX);
   } else if (a == "--top-p") {
     p.top_p = (float)cli::parse_float("--top-p", next());
   } else if (a == "--min-p") {
@@ -86,18 +91,16 @@ bool parse_sampling(const std::string& a, const std::function<const char*()>& ne
   } else if (a == "--repeat-penalty") {
     p.repeat_penalty = (float)cli::parse_float("--repeat-penalty", next());
   } else if (a == "--seed") {
-    p.seed = (uint64_t)cli::parse_int("--seed", next());
+    p.seed = cli::parse_u64("--seed", next());
+  } else if (a == "--repeat-last-n") {
+    p.repeat_last_n = (int32_t)cli::parse_int("--repeat-last-n", next(), -1, INT32_MAX);
   } else {
     return false;
   }
   return true;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument("cannot read " + path);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+std::string read_text_file(const std::string& path) { return read_regular_file(path, "file"); }
 
 void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s) {
   const int n = (int)r.tokens.size();

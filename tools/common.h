@@ -10,6 +10,13 @@
 
 namespace lilims::tools {
 
+// The largest -c (the runtime's own limit on a session's context).
+constexpr int32_t kMaxCtx = 1 << 20;
+
+// The value of -m: throws std::invalid_argument for an empty path (which
+// would otherwise mean "the default model").
+std::string model_arg(const std::string& flag, const char* value);
+
 struct CommonArgs {
   std::string model_path;  // empty: the default model
   int32_t n_threads = 0;
@@ -32,7 +39,9 @@ std::unique_ptr<runtime::Model> open_model(const CommonArgs& args);
 
 bool parse_sampling(const std::string& arg, const std::function<const char*()>& next,
                     runtime::SamplingParams& p);
-std::string read_text_file(const std::string& path);  // throws std::invalid_argument
+// A prompt or text file; only regular files (a FIFO or /dev/zero would block
+// or never end).  Throws lilims::Error LILIMS_ERR_IO naming the path.
+std::string read_text_file(const std::string& path);
 void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s);
 
 }  // namespace lilims::tools

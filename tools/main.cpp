@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "lilims/lilims.h"
 #include "tools/cli.h"
@@ -28,7 +29,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : lilims::cli::commands()) {
-    if (!std::strcmp(c.name, name)) return c.main(argc - 1, argv + 1);
+    if (std::strcmp(c.name, name)) continue;
+    // Commands catch their own errors; this is the last line that keeps an
+    // exception from reaching std::terminate (an abort and a core dump).
+    try {
+      return c.main(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+      return lilims::cli::fail(name, e.what());
+    } catch (...) {
+      return lilims::cli::fail(name, "unexpected error");
+    }
   }
   std::fprintf(stderr, "lilims: unknown command '%s' (try `lilims help`)\n", name);
   return 2;

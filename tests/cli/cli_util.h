@@ -288,4 +288,39 @@ inline bool valid_utf8(const std::string& s) {
   return true;
 }
 
+// ---- expectations ------------------------------------------------------------
+
+inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+inline size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// No crash, no sanitizer report.
+inline void expect_no_crash(const Result& r) {
+  EXPECT_TRUE(r.exited()) << r.describe();
+  EXPECT_EQ(r.err.find("Sanitizer"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.err.find("runtime error:"), std::string::npos) << r.describe();
+}
+
+// A failure as scripts need it: nonzero exit, nothing on stdout, and a first
+// stderr line "lilims CMD: ..." that contains `needle`.  one_line: the
+// message is all there is on stderr (errors after parsing; usage errors
+// print the usage after the message).
+inline void expect_failure(const Result& r, const std::string& cmd, const std::string& needle,
+                           bool one_line = true) {
+  expect_no_crash(r);
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, "") << r.describe();
+  const std::string line = first_line(r.err);
+  EXPECT_EQ(line.rfind("lilims " + cmd + ": ", 0), 0u) << r.describe();
+  EXPECT_NE(line.find(needle), std::string::npos) << "no '" << needle << "' in: " << line;
+  if (one_line) {
+    EXPECT_EQ(count_lines(r.err), 1u) << r.describe();
+    EXPECT_EQ(r.err.back(), '\n') << r.describe();
+  }
+}
+
 }  // namespace lilims::test::cli

@@ -23,39 +23,6 @@ std::string expected_stories_stdout() {
   return read_file(shared_data("stories260K/expected_stdout_test_all.txt")) + "\n";
 }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-size_t count_lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
-// No crash, no sanitizer report.
-void expect_no_crash(const Result& r) {
-  EXPECT_TRUE(r.exited()) << r.describe();
-  EXPECT_EQ(r.err.find("Sanitizer"), std::string::npos) << r.describe();
-  EXPECT_EQ(r.err.find("runtime error:"), std::string::npos) << r.describe();
-}
-
-// A failure as scripts need it: nonzero exit, nothing on stdout, and a first
-// stderr line "lilims CMD: ..." that contains `needle`.  one_line: the
-// message is all there is on stderr (errors after parsing; usage errors
-// print the usage after the message).
-void expect_failure(const Result& r, const std::string& cmd, const std::string& needle,
-                    bool one_line = true) {
-  expect_no_crash(r);
-  EXPECT_NE(r.exit_code, 0) << r.describe();
-  EXPECT_EQ(r.out, "") << r.describe();
-  const std::string line = first_line(r.err);
-  EXPECT_EQ(line.rfind("lilims " + cmd + ": ", 0), 0u) << r.describe();
-  EXPECT_NE(line.find(needle), std::string::npos) << "no '" << needle << "' in: " << line;
-  if (one_line) {
-    EXPECT_EQ(count_lines(r.err), 1u) << r.describe();
-    EXPECT_EQ(r.err.back(), '\n') << r.describe();
-  }
-}
-
 #define REQUIRE_STORIES() LILIMS_REQUIRE_FILE(stories_gguf(), kStoriesFrom)
 #define REQUIRE_SMOL() LILIMS_REQUIRE_FILE(smollm2_path(), kSmolFrom)
 

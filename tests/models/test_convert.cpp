@@ -111,12 +111,12 @@ TEST_F(ConvertStories, MetadataMatchesLlamaCpp) {
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(a->elem_type, b->elem_type);
-    ASSERT_EQ(a->arr.size(), 512u);
-    ASSERT_EQ(a->arr.size(), b->arr.size());
-    for (size_t k = 0; k < a->arr.size(); ++k) {
-      EXPECT_EQ(a->arr[k].s, b->arr[k].s) << k;
-      EXPECT_EQ(a->arr[k].f, b->arr[k].f) << k;
-      EXPECT_EQ(a->arr[k].i, b->arr[k].i) << k;
+    ASSERT_EQ(a->size(), 512u);
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t k = 0; k < a->size(); ++k) {
+      EXPECT_EQ(a->at(k).s, b->at(k).s) << k;
+      EXPECT_EQ(a->at(k).f, b->at(k).f) << k;
+      EXPECT_EQ(a->at(k).i, b->at(k).i) << k;
     }
   }
   // Every key llama.cpp wrote is there with the same value, except the

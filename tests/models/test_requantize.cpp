@@ -70,7 +70,7 @@ TEST_P(Requantize, Stories260K) {
     const Value* v = q->find(kv.key);
     ASSERT_NE(v, nullptr) << kv.key;
     EXPECT_EQ(v->type, kv.value.type) << kv.key;
-    EXPECT_EQ(v->arr.size(), kv.value.arr.size()) << kv.key;
+    EXPECT_EQ(v->size(), kv.value.size()) << kv.key;
     EXPECT_EQ(v->s, kv.value.s) << kv.key;
     EXPECT_EQ(v->u, kv.value.u) << kv.key;
   }

@@ -18,13 +18,13 @@ using lilims::tok::Tokenizer;
 
 // A tokenizer.json with the vocabulary of a GGUF and the given pre-tokenizer.
 std::string json_from_gguf(const lilims::gguf::File& f, const json& pre_tokenizer, bool wordpiece) {
-  const auto& toks = f.find("tokenizer.ggml.tokens")->arr;
-  const auto& types = f.find("tokenizer.ggml.token_type")->arr;
+  const lilims::gguf::Value& toks = *f.find("tokenizer.ggml.tokens");
+  const lilims::gguf::Value& types = *f.find("tokenizer.ggml.token_type");
   json vocab = json::object();
   json added = json::array();
   for (size_t i = 0; i < toks.size(); ++i) {
-    std::string s = toks[i].s;
-    const int64_t type = types[i].i;
+    std::string s(toks.string_at(i));
+    const int64_t type = types.at(i).i;
     if (type == 3 || type == 4) {
       added.push_back({{"id", i}, {"content", s}, {"special", type == 3}});
     }
@@ -36,7 +36,7 @@ std::string json_from_gguf(const lilims::gguf::File& f, const json& pre_tokenize
   json model = {{"type", wordpiece ? "WordPiece" : "BPE"}, {"vocab", vocab}};
   if (const auto* m = f.find("tokenizer.ggml.merges")) {
     json merges = json::array();
-    for (const auto& v : m->arr) merges.push_back(v.s);
+    for (size_t k = 0; k < m->size(); ++k) merges.push_back(std::string(m->string_at(k)));
     model["merges"] = merges;
   }
   if (wordpiece) model["unk_token"] = "[UNK]";

@@ -114,3 +114,26 @@ TEST(InvalidUtf8, EachInvalidByteBecomesReplacementCharacter) {
 }
 
 }  // namespace
+
+namespace {
+
+// StarCoder's vocabulary has no token for the byte 0xF1, which HF (and
+// lilims) drop when encoding: U+6CB2C (F1 AC AC AC) leaves three orphan
+// continuation bytes.  A model can emit such tokens too.  decode() must
+// still return valid UTF-8, each invalid byte as U+FFFD (as streaming does,
+// and as HF's byte-level decoder does).  Found by fuzz_tokenizer.
+TEST(InvalidUtf8, DecodeOfOrphanBytesIsValidUtf8) {
+  const std::string path = lilims::test::shared_data("vocab/ggml-vocab-starcoder.gguf");
+  LILIMS_REQUIRE_FILE(path, "ggml-org/llama.cpp models/");
+  auto tok = load("vocab/ggml-vocab-starcoder.gguf");
+  const std::string text = "a\xf1\xac\xac\xac" "b";
+  ASSERT_TRUE(lilims::tok::utf8_is_valid(text));
+  const std::vector<int32_t> ids = tok->encode(text, false, false);
+  const std::string out = tok->decode(ids);
+  EXPECT_TRUE(lilims::tok::utf8_is_valid(out)) << out;
+  const std::string three = "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b";
+  ASSERT_GE(out.size(), three.size());
+  EXPECT_EQ(out.substr(out.size() - three.size()), three) << out;
+}
+
+}  // namespace
