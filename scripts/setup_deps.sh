@@ -5,6 +5,9 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ nlohmann-json3-dev libxxhash-dev libeigen3-dev libopenblas-dev
       libgtest-dev libbenchmark-dev libsentencepiece-dev python3-pip
       g++-aarch64-linux-gnu qemu-user llvm)
+# libFuzzer (scripts/fuzz.sh) needs clang with its runtime: the Swift
+# toolchain's clang has it; without that toolchain, Debian's.
+if [ ! -x /opt/swift/usr/bin/clang++ ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
