@@ -14,6 +14,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -33,8 +34,8 @@ void usage(FILE* out) {
                "usage: lilims bench [-m MODEL.gguf] [-p 128,512] [-n 64,128] [-t 1,2] [-r N]\n"
                "                    [--seed S] [--json]\n"
                "  -p LIST   prompt lengths (tokens) to prefill, 1..65536 (default 512)\n"
-               "  -n LIST   tokens to decode after the prompt, 1..65536 (default 64)\n"
-               "  -t LIST   thread counts, 1..256 (default 1)\n"
+               "  -n LIST   tokens to decode after the prompt, 1..65536 (default 128)\n"
+               "  -t LIST   thread counts, 1..256 (default: the hardware threads)\n"
                "  -r N      timed runs per configuration, 1..1000 (default 5); a warm-up\n"
                "            run comes first and is not counted\n"
                "  --seed S  seed of the random prompt and decode token ids (default 1234)\n"
@@ -48,8 +49,9 @@ void usage(FILE* out) {
 struct Options {
   tools::CommonArgs common;
   std::vector<int32_t> n_prompt = {512};
-  std::vector<int32_t> n_gen = {64};
-  std::vector<int32_t> threads = {1};
+  std::vector<int32_t> n_gen = {128};
+  std::vector<int32_t> threads = {
+      (int32_t)std::clamp(std::thread::hardware_concurrency(), 1u, 256u)};
   int32_t runs = 5;
   uint64_t seed = 1234;
   bool json = false;

@@ -104,6 +104,17 @@ TEST(CliBench, OneJsonLinePerConfiguration) {
   EXPECT_EQ(seen, want) << r.describe();
 }
 
+// llama-bench's defaults: a 512-token prompt, 128 decoded tokens.
+TEST(CliBench, DefaultLengthsAreLlamaBenchs) {
+  REQUIRE_STORIES();
+  const Result r = run({"bench", "-m", stories_gguf(), "-r", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::vector<nlohmann::json> rows = parse_json_lines(r);
+  ASSERT_EQ(rows.size(), 1u) << r.describe();
+  EXPECT_EQ(rows[0]["n_prompt"], 512);
+  EXPECT_EQ(rows[0]["n_gen"], 128);
+}
+
 TEST(CliBench, TableHasOneRowPerConfiguration) {
   REQUIRE_STORIES();
   const Result r = run({"bench", "-m", stories_gguf(), "-p", "8", "-n", "4,6", "-t", "1", "-r", "1"});
