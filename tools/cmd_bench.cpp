@@ -289,7 +289,8 @@ int bench_main(int argc, char** argv) {
   try {
     o = parse_options(argc, argv);
   } catch (const std::invalid_argument& e) {
-    return cli::fail("bench", e.what()) + 1;
+    cli::fail("bench", e.what());
+    return 2;  // a usage error, as the other commands report it
   }
   try {
     const std::string path =
