@@ -42,13 +42,16 @@ struct Shape {
   float rope_base;
   bool tied;           // LM head shares the embedding table (no output.weight)
   bool fused;          // phi3: attn_qkv and a gate+up ffn_up
+  // The model's first token past the copied vocabulary, when llama.cpp looks
+  // it up by name (its phi3 vocabulary code needs "<|endoftext|>").
+  const char* first_added;
 };
 
 // Hyperparameters of the released checkpoints (their config.json).
 const Shape kShapes[] = {
-    {"smollm2", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, false},
-    {"tinyllama", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, false, false},
-    {"phi3", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, true},
+    {"smollm2", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, false, ""},
+    {"tinyllama", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, false, false, ""},
+    {"phi3", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, true, "<|endoftext|>"},
 };
 
 struct TensorSpec {
@@ -138,15 +141,17 @@ gguf::Writer metadata(const Shape& s, quant::Type type, const gguf::File& vocab_
     if (kv.key.rfind("tokenizer.", 0) != 0) continue;
     gguf::Value v = kv.value;
     // Per-token arrays grow to the shape's vocabulary with placeholders that
-    // llama.cpp loads as user-defined tokens (type 4), score 0.
+    // llama.cpp loads as user-defined tokens (type 4), score 0, after the
+    // shape's named first token (a control token, type 3) if it has one.
     if (v.type == gguf::ValueType::ARRAY && v.arr.size() == n_src) {
       for (size_t i = n_src; i < (size_t)s.n_vocab; ++i) {
         gguf::Value e;
         e.type = v.elem_type;
+        const bool named = i == n_src && s.first_added[0];
         if (kv.key == "tokenizer.ggml.tokens") {
-          e.s = "<|placeholder" + std::to_string(i - n_src) + "|>";
+          e.s = named ? s.first_added : "<|placeholder" + std::to_string(i - n_src) + "|>";
         } else if (kv.key == "tokenizer.ggml.token_type") {
-          e.i = 4, e.u = 4;
+          e.i = e.u = named ? 3 : 4;  // control, user-defined
         }
         v.arr.push_back(e);
       }
