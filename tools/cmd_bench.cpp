@@ -1,0 +1,334 @@
+// lilims bench: prefill and decode speed of one model over a grid of prompt
+// lengths, generation lengths and thread counts, measured the way llama-bench
+// measures them so the figures compare: random valid token ids (seeded), a
+// warm-up run per configuration, then N timed runs from an empty cache, each
+// a prefill of n_prompt tokens followed by n_gen single-token decode steps.
+// Prints the median, min and max of the runs; --json prints one object per
+// configuration and line, for scripts (bench/race.sh).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu.h"
+#include "quant/quant.h"
+#include "runtime/engine.h"
+#include "tools/cli.h"
+#include "tools/common.h"
+
+namespace {
+
+using namespace lilims;
+using Clock = std::chrono::steady_clock;
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: lilims bench [-m MODEL.gguf] [-p 128,512] [-n 64,128] [-t 1,2] [-r N]\n"
+               "                    [--seed S] [--json]\n"
+               "  -p LIST   prompt lengths (tokens) to prefill, 1..65536 (default 512)\n"
+               "  -n LIST   tokens to decode after the prompt, 1..65536 (default 128)\n"
+               "  -t LIST   thread counts, 1..256 (default: the hardware threads)\n"
+               "  -r N      timed runs per configuration, 1..1000 (default 5); a warm-up\n"
+               "            run comes first and is not counted\n"
+               "  --seed S  seed of the random prompt and decode token ids (default 1234)\n"
+               "  --json    one JSON object per configuration and line instead of a table\n"
+               "Every combination of -p, -n and -t is one configuration.  Figures: prefill\n"
+               "tokens/s (pp), decode tokens/s after the prompt (tg), time to first token\n"
+               "(prefill + choosing the first token), model load time (once per process) and\n"
+               "peak RSS (the process-wide maximum so far, so it only grows over the rows).\n");
+}
+
+struct Options {
+  tools::CommonArgs common;
+  std::vector<int32_t> n_prompt = {512};
+  std::vector<int32_t> n_gen = {128};
+  std::vector<int32_t> threads = {
+      (int32_t)std::clamp(std::thread::hardware_concurrency(), 1u, 256u)};
+  int32_t runs = 5;
+  uint64_t seed = 1234;
+  bool json = false;
+};
+
+// "128,512" -> {128, 512}, each in [lo, hi].
+std::vector<int32_t> parse_list(const std::string& flag, const std::string& text, long lo,
+                                long hi) {
+  std::vector<int32_t> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    const long v = cli::parse_int(flag.c_str(), item.c_str());
+    if (v < lo || v > hi) {
+      throw std::invalid_argument(flag + " values must be " + std::to_string(lo) + ".." +
+                                  std::to_string(hi) + ", got " + item);
+    }
+    out.push_back((int32_t)v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") {
+      o.common.model_path = next();
+    } else if (a == "-p" || a == "--n-prompt") {
+      o.n_prompt = parse_list("-p", next(), 1, 65536);
+    } else if (a == "-n" || a == "--n-gen") {
+      o.n_gen = parse_list("-n", next(), 1, 65536);
+    } else if (a == "-t" || a == "--threads") {
+      o.threads = parse_list("-t", next(), 1, 256);
+    } else if (a == "-r" || a == "--repetitions") {
+      const std::string v = next();
+      const long r = cli::parse_int("-r", v.c_str());
+      if (r < 1 || r > 1000) throw std::invalid_argument("-r must be 1..1000, got " + v);
+      o.runs = (int32_t)r;
+    } else if (a == "--seed") {
+      const std::string v = next();
+      const long s = cli::parse_int("--seed", v.c_str());
+      if (s < 0) throw std::invalid_argument("--seed must be >= 0, got " + v);
+      o.seed = (uint64_t)s;
+    } else if (a == "--json") {
+      o.json = true;
+    } else {
+      throw std::invalid_argument("unknown option '" + a + "' (see `lilims bench --help`)");
+    }
+  }
+  return o;
+}
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return {median, v.front(), v.back()};
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_maxrss / 1024.0;  // Linux reports KiB
+}
+
+uint64_t weight_bytes(const models::Weight& w) {
+  return (uint64_t)w.rows * quant::row_bytes(w.type, w.cols);
+}
+
+// Weight bytes one decode step reads: every layer's matrices and norms, the
+// final norm and the LM head (the embedding table only through the head when
+// tied; a lookup reads one row).  The figure a read-bandwidth roofline needs.
+uint64_t decode_weight_bytes(const models::LlamaModel& m) {
+  uint64_t b = weight_bytes(m.output) + m.output_norm.size() * sizeof(float);
+  for (const models::LlamaLayer& l : m.layers) {
+    for (const models::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      b += weight_bytes(*w);
+    }
+    b += (l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float);
+  }
+  return b;
+}
+
+struct Config {
+  int32_t threads, n_prompt, n_gen;
+};
+
+struct RunTimes {
+  double prefill_s, ttft_s, decode_s;
+};
+
+int32_t argmax(const std::vector<float>& v) {
+  return (int32_t)(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// One run from an empty cache: the prompt in one eval (the session splits it
+// into batches), the first token chosen greedily, then n_gen - 1 more decode
+// steps on random ids, as llama-bench's generation test feeds them.
+RunTimes timed_run(runtime::Session& s, const std::vector<int32_t>& prompt,
+                   const std::vector<int32_t>& gen_ids) {
+  s.reset();
+  RunTimes t{};
+  const auto t0 = Clock::now();
+  s.eval(prompt);
+  t.prefill_s = seconds_since(t0);
+  int32_t tok = argmax(s.logits());
+  t.ttft_s = seconds_since(t0);
+  const auto t1 = Clock::now();
+  for (size_t i = 0; i < gen_ids.size(); ++i) {
+    s.eval({tok});
+    tok = gen_ids[i];
+  }
+  t.decode_s = seconds_since(t1);
+  return t;
+}
+
+struct Row {
+  Config cfg;
+  Spread pp, tg, ttft_ms;
+  int32_t n_ctx;
+  double peak_rss_mb;
+};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = (unsigned char)c;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void print_json(const Row& r, const Options& o, const std::string& model_path,
+                const runtime::Model& model, double load_ms) {
+  std::printf(
+      "{\"model\": \"%s\", \"model_name\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
+      "\"n_prompt\": %d, \"n_gen\": %d, \"n_ctx\": %d, \"runs\": %d, \"seed\": %llu, "
+      "\"pp_tps\": %.3f, \"pp_tps_min\": %.3f, \"pp_tps_max\": %.3f, "
+      "\"tg_tps\": %.3f, \"tg_tps_min\": %.3f, \"tg_tps_max\": %.3f, "
+      "\"ttft_ms\": %.3f, \"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, "
+      "\"load_ms\": %.3f, \"peak_rss_mb\": %.1f, \"n_params\": %llu, "
+      "\"decode_weight_bytes\": %llu}\n",
+      json_escape(model_path).c_str(), json_escape(model.name()).c_str(),
+      kernels::isa_name(kernels::active_isa()), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
+      r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
+      r.tg.median, r.tg.min, r.tg.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, load_ms,
+      r.peak_rss_mb, (unsigned long long)model.llama().n_params,
+      (unsigned long long)decode_weight_bytes(model.llama()));
+  std::fflush(stdout);
+}
+
+void print_table_header(const std::string& model_path, const runtime::Model& model,
+                        double load_ms, const Options& o) {
+  const models::LlamaModel& m = model.llama();
+  std::printf("model: %s (%s, %.1f M params, %.1f MB read per decoded token)\n",
+              model_path.c_str(), model.name().empty() ? "unnamed" : model.name().c_str(),
+              (double)m.n_params / 1e6, (double)decode_weight_bytes(m) / 1e6);
+  std::printf("isa %s, load %.1f ms, %d runs per row after a warm-up, median [min-max]\n\n",
+              kernels::isa_name(kernels::active_isa()), load_ms, o.runs);
+  std::printf("| threads | n_prompt | n_gen | prefill t/s median [min-max] | decode t/s median [min-max]  |"
+              " ttft ms  | peak RSS MB |\n");
+  std::printf("|--------:|---------:|------:|------------------------------|------------------------------|"
+              "---------:|------------:|\n");
+}
+
+void print_table_row(const Row& r) {
+  char pp[64], tg[64];
+  std::snprintf(pp, sizeof pp, "%.1f [%.1f-%.1f]", r.pp.median, r.pp.min, r.pp.max);
+  std::snprintf(tg, sizeof tg, "%.1f [%.1f-%.1f]", r.tg.median, r.tg.min, r.tg.max);
+  std::printf("| %7d | %8d | %5d | %-28s | %-28s | %8.1f | %11.1f |\n", r.cfg.threads,
+              r.cfg.n_prompt, r.cfg.n_gen, pp, tg, r.ttft_ms.median, r.peak_rss_mb);
+  std::fflush(stdout);
+}
+
+Row bench_config(const runtime::Model& model, const Config& cfg, const Options& o) {
+  const int32_t n_vocab = model.tokenizer().n_vocab();
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> pick(0, n_vocab - 1);
+  std::vector<int32_t> prompt((size_t)cfg.n_prompt), gen_ids((size_t)cfg.n_gen);
+  for (auto& t : prompt) t = pick(rng);
+  for (auto& t : gen_ids) t = pick(rng);
+
+  runtime::SessionOptions so;
+  so.n_threads = cfg.threads;
+  so.n_ctx = cfg.n_prompt + cfg.n_gen;
+  runtime::Session session(model, so);
+
+  // The warm-up touches every weight page, the KV cache and the pool's threads.
+  timed_run(session, prompt, std::vector<int32_t>(gen_ids.begin(), gen_ids.begin() + 1));
+
+  std::vector<double> pp, tg, ttft;
+  for (int32_t r = 0; r < o.runs; ++r) {
+    const RunTimes t = timed_run(session, prompt, gen_ids);
+    pp.push_back(cfg.n_prompt / t.prefill_s);
+    tg.push_back(cfg.n_gen / t.decode_s);
+    ttft.push_back(t.ttft_s * 1e3);
+  }
+  return {cfg, spread(pp), spread(tg), spread(ttft), session.n_ctx(), peak_rss_mb()};
+}
+
+int bench_main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
+  }
+  Options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    cli::fail("bench", e.what());
+    return 2;  // a usage error, as the other commands report it
+  }
+  try {
+    const std::string path =
+        o.common.model_path.empty() ? tools::default_model_path() : o.common.model_path;
+    const auto t0 = Clock::now();
+    const auto model = tools::open_model(o.common);
+    const double load_ms = seconds_since(t0) * 1e3;
+
+    const int32_t n_ctx_train = model->hparams().n_ctx_train;
+    for (int32_t p : o.n_prompt) {
+      for (int32_t n : o.n_gen) {
+        if (n_ctx_train > 0 && p + n > n_ctx_train) {
+          throw std::invalid_argument("-p " + std::to_string(p) + " plus -n " + std::to_string(n) +
+                                      " tokens exceed the model's context of " +
+                                      std::to_string(n_ctx_train));
+        }
+      }
+    }
+    if (!o.json) print_table_header(path, *model, load_ms, o);
+    for (int32_t t : o.threads) {
+      for (int32_t p : o.n_prompt) {
+        for (int32_t n : o.n_gen) {
+          const Row row = bench_config(*model, {t, p, n}, o);
+          if (o.json) {
+            print_json(row, o, path, *model, load_ms);
+          } else {
+            print_table_row(row);
+          }
+        }
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    return cli::fail("bench", e.what());
+  }
+}
+
+}  // namespace
+
+LILIMS_REGISTER_COMMAND(bench, "bench", "prefill and decode speed, as llama-bench measures it",
+                        bench_main);
