@@ -65,12 +65,7 @@ std::vector<int32_t> parse_list(const std::string& flag, const std::string& text
   while (true) {
     const size_t comma = text.find(',', start);
     const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
-    const long v = cli::parse_int(flag.c_str(), item.c_str());
-    if (v < lo || v > hi) {
-      throw std::invalid_argument(flag + " values must be " + std::to_string(lo) + ".." +
-                                  std::to_string(hi) + ", got " + item);
-    }
-    out.push_back((int32_t)v);
+    out.push_back((int32_t)cli::parse_int(flag.c_str(), item.c_str(), lo, hi));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -86,7 +81,7 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "-m" || a == "--model") {
-      o.common.model_path = next();
+      o.common.model_path = tools::model_arg(a, next().c_str());
     } else if (a == "-p" || a == "--n-prompt") {
       o.n_prompt = parse_list("-p", next(), 1, 65536);
     } else if (a == "-n" || a == "--n-gen") {
@@ -94,15 +89,9 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "-t" || a == "--threads") {
       o.threads = parse_list("-t", next(), 1, 256);
     } else if (a == "-r" || a == "--repetitions") {
-      const std::string v = next();
-      const long r = cli::parse_int("-r", v.c_str());
-      if (r < 1 || r > 1000) throw std::invalid_argument("-r must be 1..1000, got " + v);
-      o.runs = (int32_t)r;
+      o.runs = (int32_t)cli::parse_int("-r", next().c_str(), 1, 1000);
     } else if (a == "--seed") {
-      const std::string v = next();
-      const long s = cli::parse_int("--seed", v.c_str());
-      if (s < 0) throw std::invalid_argument("--seed must be >= 0, got " + v);
-      o.seed = (uint64_t)s;
+      o.seed = cli::parse_u64("--seed", next().c_str());
     } else if (a == "--json") {
       o.json = true;
     } else {

@@ -131,7 +131,7 @@ gguf::Writer metadata(const Shape& s, quant::Type type, const gguf::File& vocab_
   if (!tokens || tokens->type != gguf::ValueType::ARRAY) {
     throw std::invalid_argument(vocab_from.path() + " has no tokenizer.ggml.tokens");
   }
-  const size_t n_src = tokens->arr.size();
+  const size_t n_src = tokens->size();
   if (n_src > (size_t)s.n_vocab) {
     throw std::invalid_argument(vocab_from.path() + " has " + std::to_string(n_src) +
                                 " tokens, more than the " + s.name + " shape's " +
@@ -143,7 +143,10 @@ gguf::Writer metadata(const Shape& s, quant::Type type, const gguf::File& vocab_
     // Per-token arrays grow to the shape's vocabulary with placeholders that
     // llama.cpp loads as user-defined tokens (type 4), score 0, after the
     // shape's named first token (a control token, type 3) if it has one.
-    if (v.type == gguf::ValueType::ARRAY && v.arr.size() == n_src) {
+    if (v.type == gguf::ValueType::ARRAY && v.size() == n_src) {
+      std::vector<gguf::Value> items;
+      items.reserve((size_t)s.n_vocab);
+      for (size_t i = 0; i < n_src; ++i) items.push_back(v.at(i));
       for (size_t i = n_src; i < (size_t)s.n_vocab; ++i) {
         gguf::Value e;
         e.type = v.elem_type;
@@ -153,8 +156,9 @@ gguf::Writer metadata(const Shape& s, quant::Type type, const gguf::File& vocab_
         } else if (kv.key == "tokenizer.ggml.token_type") {
           e.i = e.u = named ? 3 : 4;  // control, user-defined
         }
-        v.arr.push_back(e);
+        items.push_back(e);
       }
+      v = gguf::Value::array(v.elem_type, items);
     }
     w.add(kv.key, v);
   }
