@@ -2,7 +2,8 @@
 // holds (GB/s of bytes read + written, beside a STREAM-style triad run in the
 // same process at the same sizes), and fused attention time per decoded
 // token over all layers of SmolLM2-135M and TinyLlama-1.1B at contexts
-// 512/2048/8192, F16 vs Q8_0 cache, 1 and 2 threads.
+// 512/2048/8192, F16 vs Q8_0 cache, 1 and 2 threads; and of a 64-token
+// prefill block (the row tiles rather than the decode path), 1 thread.
 //
 //   bench_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
@@ -171,12 +172,14 @@ void fill_cache(std::vector<uint8_t>& buf, Type t, uint32_t seed) {
   }
 }
 
-// Decode of one token (n_q = 1 at position ctx - 1) through every layer;
+// Decode of one token (n_q = 1 at position ctx - 1) through every layer, or
+// of a prefill block (n_q tokens at [ctx - n_q, ctx));
 // threads split the query heads in two halves (at n_head / 2, which may
 // fall inside a kv group: that group's K/V is then read by both threads).
 // The 2-thread variant starts one std::thread per token and has no per-layer
 // barrier, so it is the kernel's best case, not a full runtime's.
-void BM_attention(benchmark::State& st, const Model* m, Type t, int ctx, int threads) {
+void BM_attention(benchmark::State& st, const Model* m, Type t, int ctx, int n_q,
+                  int threads) {
   const int d = m->head_dim;
   const int64_t head_bytes = (int64_t)lilims::quant::row_bytes(t, d);
   const int64_t stride = m->n_head_kv * head_bytes;
@@ -187,13 +190,13 @@ void BM_attention(benchmark::State& st, const Model* m, Type t, int ctx, int thr
     fill_cache(layers[l].k, t, 2 * l + 1);
     fill_cache(layers[l].v, t, 2 * l + 2);
   }
-  const std::vector<float> q = random_vec((int64_t)m->n_head * d, -1, 1, 7);
-  std::vector<float> out((size_t)m->n_head * d);
+  const std::vector<float> q = random_vec((int64_t)n_q * m->n_head * d, -1, 1, 7);
+  std::vector<float> out((size_t)n_q * m->n_head * d);
   AttentionArgs a{};
   a.q = q.data();
   a.q_stride = (int64_t)m->n_head * d;
-  a.n_q = 1;
-  a.pos0 = ctx - 1;
+  a.n_q = n_q;
+  a.pos0 = ctx - n_q;
   a.kv_type = t;
   a.kv_stride_bytes = stride;
   a.n_head = m->n_head;
@@ -225,7 +228,7 @@ void BM_attention(benchmark::State& st, const Model* m, Type t, int ctx, int thr
     }
     benchmark::DoNotOptimize(out.data());
   }
-  // Bytes of K and V read per token, all layers.
+  // Bytes of K and V read per call, all layers.
   const double kv_bytes = 2.0 * stride * ctx * m->n_layer;
   st.SetBytesProcessed((int64_t)(st.iterations() * kv_bytes));
   // Share of a TinyLlama Q4_0 decode step of llama.cpp on this machine
@@ -258,11 +261,22 @@ void register_all() {
                                    (t == Type::F16 ? "F16" : "Q8_0") + "/threads:" +
                                    std::to_string(threads) + "/" +
                                    lilims::kernels::ops().name;
-          benchmark::RegisterBenchmark(name.c_str(), BM_attention, &m, t, ctx, threads)
+          benchmark::RegisterBenchmark(name.c_str(), BM_attention, &m, t, ctx, 1, threads)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }
       }
+    }
+  }
+  const Model& smol = kModels[0];
+  for (int ctx : {512, 2048}) {
+    for (Type t : {Type::F16, Type::Q8_0}) {
+      const std::string name = std::string("attention_prefill64/") + smol.name + "/ctx:" +
+                               std::to_string(ctx) + "/" + (t == Type::F16 ? "F16" : "Q8_0") +
+                               "/threads:1/" + lilims::kernels::ops().name;
+      benchmark::RegisterBenchmark(name.c_str(), BM_attention, &smol, t, ctx, 64, 1)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
   }
 }
