@@ -90,13 +90,23 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
 // Every entry of OpsTable with the base name of its kernels: the table of
 // ISA `x` is filled as `t.FIELD = BASE__x`, so each entry is matched to its
 // kernel by name, never by position, and a missing kernel fails to compile.
-#define LILIMS_OPS_TABLE_ENTRIES(X)                                                     \
-  X(rmsnorm, rmsnorm_f32) X(add_rmsnorm, add_rmsnorm_f32) X(layernorm, layernorm_f32)  \
-  X(rope, rope_f32) X(softmax, softmax_f32) X(swiglu, swiglu_f32) X(gelu, gelu_f32)    \
-  X(gelu_erf, gelu_erf_f32) X(add, add_f32) X(mul, mul_f32)                            \
-  X(fp32_to_fp16, fp32_to_fp16) X(fp16_to_fp32, fp16_to_fp32)                          \
-  X(quantize_row_q8_0, quantize_row_q8_0) X(attention, attention)                      \
-  X(add_layernorm, add_layernorm_f32) X(silu, silu_f32)
+// The one list carries two pass-through arguments (a, b) so that the fill
+// below and LILIMS_OPS_TABLE_ENTRIES(X) (X(field, base) per entry) share it.
+#define LILIMS_OPS_TABLE_LIST(X, a, b)                                                   \
+  X(a, b, rmsnorm, rmsnorm_f32) X(a, b, add_rmsnorm, add_rmsnorm_f32)                    \
+  X(a, b, layernorm, layernorm_f32) X(a, b, rope, rope_f32) X(a, b, softmax, softmax_f32) \
+  X(a, b, swiglu, swiglu_f32) X(a, b, gelu, gelu_f32) X(a, b, gelu_erf, gelu_erf_f32)    \
+  X(a, b, add, add_f32) X(a, b, mul, mul_f32) X(a, b, fp32_to_fp16, fp32_to_fp16)        \
+  X(a, b, fp16_to_fp32, fp16_to_fp32) X(a, b, quantize_row_q8_0, quantize_row_q8_0)      \
+  X(a, b, attention, attention) X(a, b, add_layernorm, add_layernorm_f32)                \
+  X(a, b, silu, silu_f32)
+#define LILIMS_OPS_TABLE_ENTRIES(X) LILIMS_OPS_TABLE_LIST(LILIMS_OPS_APPLY_, X, ~)
+#define LILIMS_OPS_APPLY_(X, unused, field, base) X(field, base)
+
+// Fills OpsTable t with the kernels of ISA suffix isa (ref, avx2, neon):
+// LILIMS_OPS_TABLE_FILL(t, avx2) sets t.rmsnorm = rmsnorm_f32__avx2 and so on.
+#define LILIMS_OPS_TABLE_FILL(t, isa) LILIMS_OPS_TABLE_LIST(LILIMS_OPS_FILL_, t, isa)
+#define LILIMS_OPS_FILL_(t, isa, field, base) t.field = base##__##isa;
 
 // Scratch floats attention needs per calling thread (any ISA).
 size_t attention_scratch_floats(const AttentionArgs& a);

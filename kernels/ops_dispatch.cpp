@@ -12,9 +12,7 @@ namespace {
 
 const OpsTable kOpsRef = [] {
   OpsTable t{};
-#define LILIMS_FILL(field, base) t.field = base##__ref;
-  LILIMS_OPS_TABLE_ENTRIES(LILIMS_FILL)
-#undef LILIMS_FILL
+  LILIMS_OPS_TABLE_FILL(t, ref)
   t.isa = Isa::ref;
   t.name = "ref";
   return t;

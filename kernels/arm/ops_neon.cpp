@@ -309,9 +309,7 @@ namespace detail {
 const OpsTable& ops_table_neon() {
   static const OpsTable table = [] {
     OpsTable t{};
-#define LILIMS_FILL(field, base) t.field = base##__neon;
-    LILIMS_OPS_TABLE_ENTRIES(LILIMS_FILL)
-#undef LILIMS_FILL
+    LILIMS_OPS_TABLE_FILL(t, neon)
     t.isa = Isa::neon;
     t.name = "neon";
     return t;

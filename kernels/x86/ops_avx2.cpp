@@ -356,9 +356,7 @@ namespace detail {
 const OpsTable& ops_table_avx2() {
   static const OpsTable table = [] {
     OpsTable t{};
-#define LILIMS_FILL(field, base) t.field = base##__avx2;
-    LILIMS_OPS_TABLE_ENTRIES(LILIMS_FILL)
-#undef LILIMS_FILL
+    LILIMS_OPS_TABLE_FILL(t, avx2)
     t.isa = Isa::avx2;
     t.name = "avx2";
     return t;
