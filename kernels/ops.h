@@ -25,9 +25,10 @@ struct AttentionArgs {
   // Queries: n_q rows of (n_head, head_dim) floats, q_stride floats apart.
   const float* q;
   int64_t q_stride;
-  // Query i sits at absolute position pos0 + i and sees cache positions
+  // Query i sits at absolute position pos0 + i and sees positions
   // [lo, pos0 + i], lo = window > 0 ? max(0, pos0 + i - window + 1) : 0
-  // (causal; the cache must already hold those positions, own rows included).
+  // (causal; the cache must already hold those positions, own rows included,
+  // unless the rows are staged: see k_new).
   int n_q;
   int32_t pos0;
   // Cache: position p, kv head g at byte offset p * kv_stride_bytes +
@@ -47,6 +48,15 @@ struct AttentionArgs {
   // Output: n_q rows of (n_head, head_dim) floats, out_stride floats apart.
   float* out;
   int64_t out_stride;
+  // Staged rows: when k_new != nullptr, positions [pos0, pos0 + n_q) are read as F32 from
+  // k_new / v_new (row i = position pos0 + i, kv head g at g * head_dim floats, rows
+  // new_stride floats apart) instead of the cache, which then needs only [0, pos0).
+  // A chunk's own K/V rows are read from there while the cache still holds
+  // only what was committed before it; the staged values enter the sums
+  // unrounded, as an F32 cache holding them would.
+  const float* k_new;
+  const float* v_new;
+  int64_t new_stride;
 };
 
 struct OpsTable {  // one per ISA; the same signatures as the refs

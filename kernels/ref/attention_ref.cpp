@@ -11,10 +11,14 @@ size_t attention_scratch_floats__ref(const AttentionArgs& a) {
   return 3 * (size_t)a.head_dim + (size_t)std::max(0, a.pos0 + a.n_q);
 }
 
-void attention_load_row__ref(const AttentionArgs& a, const void* base, int64_t pos, int g,
-                             float* row) {
-  const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes;
+void attention_load_row__ref(const AttentionArgs& a, const void* base, const float* staged,
+                             int64_t pos, int g, float* row) {
   const int d = a.head_dim;
+  if (staged != nullptr && pos >= a.pos0) {
+    std::memcpy(row, staged + (pos - a.pos0) * a.new_stride + (int64_t)g * d, (size_t)d * 4);
+    return;
+  }
+  const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes;
   switch (a.kv_type) {
     case quant::Type::F32:
       std::memcpy(row, p + (int64_t)g * d * 4, (size_t)d * 4);
@@ -57,7 +61,7 @@ void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float*
         continue;
       }
       for (int64_t t = 0; t < n; ++t) {
-        attention_load_row__ref(a, a.k, lo + t, g, krow);
+        attention_load_row__ref(a, a.k, a.k_new, lo + t, g, krow);
         float s = 0.0f;
         for (int j = 0; j < d; ++j) s += q[j] * krow[j];
         scores[t] = s * a.scale;
@@ -65,7 +69,7 @@ void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float*
       softmax_f32__ref(scores, n);
       std::fill(acc, acc + d, 0.0f);
       for (int64_t t = 0; t < n; ++t) {
-        attention_load_row__ref(a, a.v, lo + t, g, vrow);
+        attention_load_row__ref(a, a.v, a.v_new, lo + t, g, vrow);
         for (int j = 0; j < d; ++j) acc[j] += scores[t] * vrow[j];
       }
       std::copy(acc, acc + d, out);

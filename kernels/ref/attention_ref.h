@@ -16,8 +16,10 @@ size_t attention_scratch_floats__ref(const AttentionArgs& a);
 // Query heads [head_begin, head_end) of every query row of a.
 void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float* scratch);
 
-// Dequantizes the cache row of position pos, kv head g (head_dim floats).
-void attention_load_row__ref(const AttentionArgs& a, const void* base, int64_t pos, int g,
-                             float* row);
+// The K or V row of position pos, kv head g, as head_dim floats: from the
+// staged rows (k_new or v_new, passed as staged) when they are set and
+// pos >= pos0, else dequantized from the cache at base (a.k or a.v).
+void attention_load_row__ref(const AttentionArgs& a, const void* base, const float* staged,
+                             int64_t pos, int g, float* row);
 
 }  // namespace lilims::kernels

@@ -1,7 +1,8 @@
 // Fused attention of every ISA against a naive softmax(q K^T scale) V in
 // double (Eigen) over the cache's own (dequantized) values, and against the
 // scalar ref; plus what the cache type costs: F16's and Q8_0's error against
-// the unquantized f32 K/V, printed side by side.
+// the unquantized f32 K/V, printed side by side; and the staged rows
+// (k_new / v_new) against the same values held in a cache.
 #include <Eigen/Dense>
 
 #include <algorithm>
@@ -239,6 +240,184 @@ TEST_P(ops_attention, vs_naive_double_and_ref) {
     }
   }
 }
+
+// --- staged rows (AttentionArgs::k_new / v_new) ----------------------------
+
+// Rows [from, n_ctx) of a cache set to 0xff bytes: NaN in every cache type
+// (F32 and F16 all-ones are NaNs, Q8_0 gets a NaN scale).
+std::vector<uint8_t> poisoned(const Cache& c, int from, int n_ctx) {
+  std::vector<uint8_t> b = c.bytes;
+  std::fill(b.begin() + (int64_t)from * c.stride, b.begin() + (int64_t)n_ctx * c.stride, 0xff);
+  return b;
+}
+
+struct StagedCase {
+  int n_q, pos0, group, head_dim;
+  int32_t window;
+  Type t;
+};
+
+// The sweep: every (n_q, pos0, cache type) with head dim, GQA group and
+// window rotating through their values, so each value meets every n_q and
+// pos0 class without the full product's run time.  Group 8 reaches the
+// SIMD decode paths that start at 6 heads.
+std::vector<StagedCase> staged_cases() {
+  const int n_qs[] = {1, 2, 31, 32, 33, 64, 65, 200};
+  const int pos0s[] = {0, 1, 63, 64, 300};
+  const int dims[] = {8, 64, 80, 96, 128, 136};
+  const int groups[] = {1, 3, 4, 8};
+  std::vector<StagedCase> v;
+  int k = 0;
+  for (int n_q : n_qs) {
+    for (int pos0 : pos0s) {
+      for (Type t : {Type::F32, Type::F16, Type::Q8_0}) {
+        StagedCase c;
+        c.n_q = n_q;
+        c.pos0 = pos0;
+        c.t = t;
+        c.head_dim = dims[k % 6];
+        if (t == Type::Q8_0 && c.head_dim % 32 != 0) c.head_dim = dims[1 + k % 2 * 2];  // 64, 96
+        c.group = groups[(k / 6 + k) % 4];
+        const int32_t windows[] = {0, std::max(1, n_q / 3), n_q + 37};
+        c.window = windows[(k / 2) % 3];
+        v.push_back(c);
+        ++k;
+      }
+    }
+  }
+  return v;
+}
+
+// One call of `attention` over every head in two calls split inside a kv
+// group, as two threads would; out rows row + 4 floats apart.
+std::vector<float> run_attention(void (*attention)(const AttentionArgs&, int, int, float*),
+                                 AttentionArgs a) {
+  const int64_t row = (int64_t)a.n_head * a.head_dim;
+  std::vector<float> out((size_t)(a.n_q * (row + 4)), -7.0f);
+  a.out = out.data();
+  a.out_stride = row + 4;
+  std::vector<float> scratch(kernels::attention_scratch_floats(a) + 1);
+  const int split = a.n_head > 2 ? a.n_head / 2 + 1 : a.n_head;
+  attention(a, 0, split, scratch.data() + 1);
+  if (split < a.n_head) attention(a, split, a.n_head, scratch.data() + 1);
+  return out;
+}
+
+bool same_bits(float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; }
+
+class ops_attention_staged : public OpsIsaTest {};
+
+// Staged rows against the same values all in a cache: the ref with staging
+// equals the ref over an F32 cache holding the dequantized cache rows below
+// pos0 and the exact staged rows from pos0 (bit for bit); an ISA with an
+// F32 cache equals its own all-in-cache call bit for bit; any ISA and cache
+// type is within the error bound of the double oracle over those values and
+// of the ref; and cache rows from pos0 on, poisoned with NaN, change nothing.
+TEST_P(ops_attention_staged, equals_all_in_cache_and_ignores_rows_past_pos0) {
+  SCOPED_TRACE(trace());
+  const int n_kv = 2;
+  for (const StagedCase& sc : staged_cases()) {
+    const int d = sc.head_dim, n_head = n_kv * sc.group, n_ctx = sc.pos0 + sc.n_q;
+    char what[160];
+    std::snprintf(what, sizeof what, "%s n_q=%d pos0=%d heads=%d/%d dim=%d window=%d",
+                  type_name(sc.t), sc.n_q, sc.pos0, n_head, n_kv, d, sc.window);
+    SCOPED_TRACE(what);
+    const float scale = 1.0f / std::sqrt((float)d);
+    const int64_t row = (int64_t)n_head * d, kv_row = (int64_t)n_kv * d;
+    const auto q = random_floats(rng_, sc.n_q * row, -1, 1);
+    const auto kf = random_floats(rng_, n_ctx * kv_row, -1, 1);
+    const auto vf = random_floats(rng_, n_ctx * kv_row, -1, 1);
+    const Cache kc = make_cache(kf, n_ctx, n_kv, d, sc.t);
+    const Cache vc = make_cache(vf, n_ctx, n_kv, d, sc.t);
+    // The staged rows: the exact f32 values of positions [pos0, n_ctx), rows
+    // kv_row + 3 floats apart.
+    const int64_t new_stride = kv_row + 3;
+    std::vector<float> k_new((size_t)(sc.n_q * new_stride), -3.0f), v_new(k_new);
+    for (int i = 0; i < sc.n_q; ++i) {
+      std::copy_n(kf.data() + (sc.pos0 + i) * kv_row, kv_row, k_new.data() + i * new_stride);
+      std::copy_n(vf.data() + (sc.pos0 + i) * kv_row, kv_row, v_new.data() + i * new_stride);
+    }
+    // What attention should see: the cache's values below pos0, the staged
+    // ones from there; as an F32 cache and in double for the oracle.
+    std::vector<float> k_mix(kf), v_mix(vf);
+    for (int64_t j = 0; j < sc.pos0 * kv_row; ++j) {
+      k_mix[j] = (float)kc.deq[j];
+      v_mix[j] = (float)vc.deq[j];
+    }
+    const Cache kmc = make_cache(k_mix, n_ctx, n_kv, d, Type::F32);
+    const Cache vmc = make_cache(v_mix, n_ctx, n_kv, d, Type::F32);
+    const std::vector<uint8_t> k_bad = poisoned(kc, sc.pos0, n_ctx);
+    const std::vector<uint8_t> v_bad = poisoned(vc, sc.pos0, n_ctx);
+
+    AttentionArgs a{};
+    a.q = q.data();
+    a.q_stride = row;
+    a.n_q = sc.n_q;
+    a.pos0 = sc.pos0;
+    a.kv_type = sc.t;
+    a.kv_stride_bytes = kc.stride;
+    a.n_head = n_head;
+    a.n_head_kv = n_kv;
+    a.head_dim = d;
+    a.scale = scale;
+    a.window = sc.window;
+    AttentionArgs mixed = a;  // everything in an F32 cache
+    mixed.k = kmc.bytes.data();
+    mixed.v = vmc.bytes.data();
+    mixed.kv_type = Type::F32;
+    mixed.kv_stride_bytes = kmc.stride;
+    AttentionArgs staged = a;  // rows from pos0 staged, NaN in the cache there
+    staged.k = k_bad.data();
+    staged.v = v_bad.data();
+    staged.k_new = k_new.data();
+    staged.v_new = v_new.data();
+    staged.new_stride = new_stride;
+    AttentionArgs clean = staged;  // the same with the cache rows intact
+    clean.k = kc.bytes.data();
+    clean.v = vc.bytes.data();
+
+    const std::vector<float> ref_mixed = run_attention(kernels::attention__ref, mixed);
+    const std::vector<float> ref_staged = run_attention(kernels::attention__ref, staged);
+    const std::vector<float> out = run_attention(ops().attention, staged);
+    const std::vector<float> out_clean = run_attention(ops().attention, clean);
+    std::vector<float> own_mixed;
+    if (sc.t == Type::F32) own_mixed = run_attention(ops().attention, mixed);
+
+    Case c{n_ctx, sc.n_q, n_head, n_kv, d, sc.window};
+    const std::vector<double> kd(k_mix.begin(), k_mix.end()), vd(v_mix.begin(), v_mix.end());
+    const Oracle o = naive(c, q, kd, vd, scale);
+    for (int i = 0; i < sc.n_q; ++i) {
+      for (int h = 0; h < n_head; ++h) {
+        const size_t rh = (size_t)i * n_head + h;
+        const double tol = bound(c, o, rh, scale);
+        for (int j = 0; j < d; ++j) {
+          const int64_t at = i * (row + 4) + h * d + j;
+          ASSERT_TRUE(same_bits(ref_staged[at], ref_mixed[at]))
+              << "ref staged " << ref_staged[at] << " vs ref on the F32 cache " << ref_mixed[at]
+              << ": query " << i << " head " << h << " dim " << j;
+          ASSERT_TRUE(same_bits(out[at], out_clean[at]))
+              << "NaN cache rows from pos0 changed the output: " << out[at] << " vs "
+              << out_clean[at] << ": query " << i << " head " << h << " dim " << j;
+          if (sc.t == Type::F32) {
+            ASSERT_TRUE(same_bits(out[at], own_mixed[at]))
+                << "staged " << out[at] << " vs all in the cache " << own_mixed[at]
+                << ": query " << i << " head " << h << " dim " << j;
+          }
+          ASSERT_NEAR(out[at], o.out[rh * d + j], tol)
+              << "query " << i << " head " << h << " dim " << j;
+          ASSERT_NEAR(out[at], ref_staged[at], 2 * tol)
+              << "vs ref: query " << i << " head " << h << " dim " << j;
+        }
+      }
+      for (int j = 0; j < 4; ++j) {
+        ASSERT_EQ(out[i * (row + 4) + row + j], -7.0f) << "wrote past a row";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(isa, ops_attention_staged, ::testing::ValuesIn(all_isas()),
+                         isa_param_name);
 
 INSTANTIATE_TEST_SUITE_P(isa, ops_attention, ::testing::ValuesIn(all_isas()), isa_param_name);
 
