@@ -6,7 +6,6 @@
 #include "quant/quant.h"
 
 namespace lilims::graph {
-namespace {
 
 using kernels::PackedWeight;
 
@@ -16,12 +15,8 @@ using kernels::PackedWeight;
 // while the others take the rest.  Prefill: 32-row chunks x 64-token
 // chunks, so a task's weights (32 x K) and activations (64 x K) stay in L2
 // while it runs.
-struct Split {
-  int64_t row_chunk, tok_chunk, n_row_chunks, n_tok_chunks;
-};
-
-Split split(int64_t rows, size_t row_bytes, int64_t n, int threads) {
-  Split s;
+MatmulSplit matmul_split(int64_t rows, size_t row_bytes, int64_t n, int threads) {
+  MatmulSplit s;
   if (n <= 4) {
     s.row_chunk = (rows + 4 * threads - 1) / (4 * threads);
     s.row_chunk = std::min<int64_t>(s.row_chunk, (int64_t)((128u << 10) / std::max<size_t>(1, row_bytes)));
@@ -36,41 +31,71 @@ Split split(int64_t rows, size_t row_bytes, int64_t n, int threads) {
   return s;
 }
 
-}  // namespace
+MatmulStep matmul_step(kernels::Isa isa, bool oracle, const PackedWeight& W, int n_batch,
+                       int threads) {
+  MatmulStep s;
+  const size_t rb = quant::row_bytes(W.type, W.cols);
+  s.decode = matmul_split(W.rows, rb, 1, threads);
+  s.batch = matmul_split(W.rows, rb, n_batch, threads);
+  if (oracle) return s;
+  s.kern = &kernels::select_matmul_kernel(isa, W.type, W.layout);
+  s.quant = kernels::select_quantize_kernel(isa, W.type);
+  if (s.quant) s.act_stride = kernels::act_row_bytes(W.type, W.cols);
+  return s;
+}
 
-void matmul_isa(kernels::Isa isa, const PackedWeight& W, const float* X, int64_t ldx, int64_t n,
-                float* Y, int64_t ldy, ThreadPool& pool, MatmulScratch& scratch) {
+void run_matmul(const MatmulStep& step, const PackedWeight& W, const float* X, int64_t ldx,
+                int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act) {
   if (n <= 0) return;
-  const kernels::MatmulKernel& kern = kernels::select_matmul_kernel(isa, W.type, W.layout);
-  const kernels::QuantizeKernel* q = kernels::select_quantize_kernel(isa, W.type);
-  const void* act;
-  size_t act_stride;
-  if (q) {
-    act_stride = kernels::act_row_bytes(W.type, W.cols);
-    if (scratch.act.size() < act_stride * n) scratch.act.resize(act_stride * n);
-    uint8_t* a = scratch.act.data();
+  if (!step.kern) {  // the fp32 oracle
+    const int64_t chunk = 16;
+    pool.parallel_for((W.rows + chunk - 1) / chunk, [&](int64_t task, int) {
+      const int64_t r0 = task * chunk, r1 = std::min(W.rows, r0 + chunk);
+      kernels::matmul_dequant_f32__ref(W, r0, r1, X, ldx, n, Y, ldy);
+    });
+    return;
+  }
+  const void* a = X;
+  size_t act_stride = (size_t)ldx * sizeof(float);
+  if (step.quant) {
+    act_stride = step.act_stride;
+    const kernels::QuantizeRowFn q = step.quant->fn;
     if (n == 1) {
-      q->fn(X, a, W.cols);  // too small to be worth a barrier
+      q(X, act, W.cols);  // too small to be worth a barrier
     } else {
       const int64_t per = std::max<int64_t>(1, n / (4 * pool.size()));
       pool.parallel_for((n + per - 1) / per, [&](int64_t task, int) {
         const int64_t j1 = std::min(n, (task + 1) * per);
-        for (int64_t j = task * per; j < j1; ++j) q->fn(X + j * ldx, a + j * act_stride, W.cols);
+        for (int64_t j = task * per; j < j1; ++j) q(X + j * ldx, act + j * act_stride, W.cols);
       });
     }
-    act = a;
-  } else {
-    act = X;
-    act_stride = (size_t)ldx * sizeof(float);
+    a = act;
   }
-  const Split s = split(W.rows, quant::row_bytes(W.type, W.cols), n, pool.size());
-  const auto* ab = static_cast<const uint8_t*>(act);
+  MatmulSplit s;
+  if (n == 1) {
+    s = step.decode;
+  } else if (n > 4 && step.batch.tok_chunk > 4) {  // the block split, fewer token chunks
+    s = step.batch;
+    s.n_tok_chunks = (n + s.tok_chunk - 1) / s.tok_chunk;
+  } else {
+    s = matmul_split(W.rows, quant::row_bytes(W.type, W.cols), n, pool.size());
+  }
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const kernels::MatmulKernelFn fn = step.kern->fn;
   pool.parallel_for(s.n_row_chunks * s.n_tok_chunks, [&](int64_t task, int) {
     const int64_t rc = task / s.n_tok_chunks, tc = task % s.n_tok_chunks;
     const int64_t r0 = rc * s.row_chunk, r1 = std::min(W.rows, r0 + s.row_chunk);
     const int64_t j0 = tc * s.tok_chunk, j1 = std::min(n, j0 + s.tok_chunk);
-    kern.fn(W, r0, r1, ab + j0 * act_stride, act_stride, j1 - j0, Y + j0 * ldy, ldy);
+    fn(W, r0, r1, ab + j0 * act_stride, act_stride, j1 - j0, Y + j0 * ldy, ldy);
   });
+}
+
+void matmul_isa(kernels::Isa isa, const PackedWeight& W, const float* X, int64_t ldx, int64_t n,
+                float* Y, int64_t ldy, ThreadPool& pool, MatmulScratch& scratch) {
+  if (n <= 0) return;
+  const MatmulStep step = matmul_step(isa, false, W, (int)std::min<int64_t>(n, INT32_MAX), pool.size());
+  if (step.quant && scratch.act.size() < step.act_stride * n) scratch.act.resize(step.act_stride * n);
+  run_matmul(step, W, X, ldx, n, Y, ldy, pool, scratch.act.data());
 }
 
 void matmul(const PackedWeight& W, const float* X, int64_t ldx, int64_t n, float* Y, int64_t ldy,
@@ -80,12 +105,8 @@ void matmul(const PackedWeight& W, const float* X, int64_t ldx, int64_t n, float
 
 void matmul_f32_oracle(const PackedWeight& W, const float* X, int64_t ldx, int64_t n, float* Y,
                        int64_t ldy, ThreadPool& pool, MatmulScratch&) {
-  if (n <= 0) return;
-  const int64_t chunk = 16;
-  pool.parallel_for((W.rows + chunk - 1) / chunk, [&](int64_t task, int) {
-    const int64_t r0 = task * chunk, r1 = std::min(W.rows, r0 + chunk);
-    kernels::matmul_dequant_f32__ref(W, r0, r1, X, ldx, n, Y, ldy);
-  });
+  MatmulStep oracle;
+  run_matmul(oracle, W, X, ldx, n, Y, ldy, pool, nullptr);
 }
 
 }  // namespace lilims::graph

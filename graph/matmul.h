@@ -1,6 +1,8 @@
-// The matmul entry point of the graph executor: quantizes the activations
-// once (split over the pool when there are several tokens), then splits the
-// output into (row chunk, token chunk) tasks over the pool.
+// The matmul of the graph executor: quantizes the activations once (split
+// over the pool when there are several tokens), then splits the output into
+// (row chunk, token chunk) tasks over the pool.  The kernels are resolved
+// once into a MatmulStep by the planner; the convenience entry points below
+// resolve them per call (tests and benchmarks).
 #pragma once
 
 #include <cstdint>
@@ -12,21 +14,39 @@
 
 namespace lilims::graph {
 
-struct MatmulScratch {  // reused across calls: no allocation in steady state
-  std::vector<uint8_t> act;  // quantized activations (n rows of act_row_bytes)
+// How a matmul's output is cut into tasks.
+struct MatmulSplit {
+  int64_t row_chunk = 0, tok_chunk = 0, n_row_chunks = 0, n_tok_chunks = 0;
+};
+MatmulSplit matmul_split(int64_t rows, size_t row_bytes, int64_t n, int threads);
+
+struct MatmulStep {
+  const kernels::MatmulKernel* kern = nullptr;    // null: the fp32 oracle
+  const kernels::QuantizeKernel* quant = nullptr; // null: F32 activations
+  size_t act_stride = 0;                          // bytes of one quantized row
+  MatmulSplit decode, batch;                      // for 1 token and a full block
 };
 
-// Y (n x W.rows, row stride ldy floats) = X (n x W.cols, row stride ldx) * W^T,
-// on all pool threads, using the active ISA.
+// Resolves the kernels of `isa` for W (oracle: dequantize + fp32 dot).
+MatmulStep matmul_step(kernels::Isa isa, bool oracle, const kernels::PackedWeight& W,
+                       int n_batch, int threads);
+
+// Y (n x W.rows, row stride ldy floats) = X (n x W.cols, row stride ldx) * W^T.
+// act: n * step.act_stride bytes when step.quant is set.
+void run_matmul(const MatmulStep& step, const kernels::PackedWeight& W, const float* X,
+                int64_t ldx, int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act);
+
+struct MatmulScratch {  // reused across calls
+  std::vector<uint8_t> act;
+};
+
+// Resolving per call: the active ISA, a forced one (Isa::ref runs the scalar
+// integer kernels; a path this CPU cannot run falls back to ref kernel by
+// kernel), and the fp32 oracle.
 void matmul(const kernels::PackedWeight& W, const float* X, int64_t ldx, int64_t n, float* Y,
             int64_t ldy, ThreadPool& pool, MatmulScratch& scratch);
-
-// Same with a forced path (Isa::ref runs the scalar integer kernels; a path
-// this CPU cannot run falls back to ref kernel by kernel).
 void matmul_isa(kernels::Isa isa, const kernels::PackedWeight& W, const float* X, int64_t ldx,
                 int64_t n, float* Y, int64_t ldy, ThreadPool& pool, MatmulScratch& scratch);
-
-// fp32 oracle: dequantize + fp32 dot, no activation quantization.
 void matmul_f32_oracle(const kernels::PackedWeight& W, const float* X, int64_t ldx, int64_t n,
                        float* Y, int64_t ldy, ThreadPool& pool, MatmulScratch& scratch);
 

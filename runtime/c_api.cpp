@@ -138,7 +138,7 @@ lilims_status lilims_model_open(const char* path, const lilims_model_params* par
     }
     auto m = std::make_unique<lilims_model>();
     m->impl = std::shared_ptr<const Model>(Model::open(path, opt));
-    m->file_bytes = m->impl->llama().file->file_size();
+    m->file_bytes = m->impl->weights().file->file_size();
     *out_model = m.release();
     return LILIMS_OK;
   });
@@ -168,7 +168,7 @@ lilims_status lilims_model_get_info(const lilims_model* model, lilims_model_info
     info->n_head = hp.n_head;
     info->n_head_kv = hp.n_head_kv;
     info->n_ff = hp.n_ff;
-    info->n_params = m.llama().n_params;
+    info->n_params = m.weights().n_params;
     info->file_bytes = model->file_bytes;
     info->bos_token = m.tokenizer().bos();
     info->eos_token = m.tokenizer().eos();

@@ -20,21 +20,30 @@ int resolve_threads(const SessionOptions& opt) {
   return opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
 }
 
-models::ForwardConfig forward_config(const Model& model, const SessionOptions& opt) {
-  models::ForwardConfig cfg;
-  cfg.mode = opt.mode;
-  cfg.kv_type = opt.kv_type;
-  cfg.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
+graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
+  graph::PlanOptions po;
+  po.mode = opt.mode;
+  po.kv_type = opt.kv_type;
+  po.kv_commit = opt.kv_commit;
+  po.n_threads = resolve_threads(opt);
+  po.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
   const int32_t n_train = model.hparams().n_ctx_train;
-  cfg.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(n_train, 4096);
-  if (cfg.n_ctx > n_train && !opt.allow_ctx_beyond_train) {
+  po.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(n_train, 4096);
+  if (po.n_ctx > n_train && !opt.allow_ctx_beyond_train) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                "[session] n_ctx " + std::to_string(cfg.n_ctx) + " is beyond the " +
+                "[session] n_ctx " + std::to_string(po.n_ctx) + " is beyond the " +
                     std::to_string(n_train) +
                     " positions the model was trained for; to run it anyway set "
                     "allow_ctx_beyond_train (CLI: --ctx-beyond-train)");
   }
-  return cfg;
+  return po;
+}
+
+graph::Graph session_graph(const Model& model, const SessionOptions& opt, int32_t n_ctx) {
+  models::BuildOptions bo;
+  bo.n_ctx = n_ctx;
+  bo.chunk_layers = opt.chunk_layers;
+  return models::build_graph(model.weights(), bo);
 }
 
 std::string mib(uint64_t bytes) {
@@ -58,12 +67,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
   m->name_ = file->get_string_or("general.name", "");
   models::LoadOptions lo;
   lo.repack = opt.repack;
-  m->llama_ = models::load_llama(std::move(file), lo);
-  if (m->tokenizer_->n_vocab() > m->llama_->hp.n_vocab) {
-    throw Error(LILIMS_ERR_BAD_FORMAT,
-                "[model] the vocabulary has " + std::to_string(m->tokenizer_->n_vocab()) +
-                    " tokens but the embedding only " + std::to_string(m->llama_->hp.n_vocab));
-  }
+  m->model_ = models::load_model(std::move(file), lo);
   m->pieces_.resize((size_t)m->tokenizer_->n_vocab());
   for (int32_t i = 0; i < m->tokenizer_->n_vocab(); ++i) {
     if (!m->tokenizer_->is_control(i)) m->pieces_[(size_t)i] = m->tokenizer_->token_to_piece(i);
@@ -72,30 +76,37 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
   return m;
 }
 
+PlannedSession plan_session(const Model& model, const SessionOptions& opt) {
+  const graph::PlanOptions po = plan_options(model, opt);
+  graph::Graph g = session_graph(model, opt, po.n_ctx);
+  graph::Plan p = graph::make_plan(g, po, model.weights().mapped_weight_bytes(),
+                                   model.weights().repacked_bytes);
+  return PlannedSession{std::move(g), std::move(p)};
+}
+
 uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt) {
-  const models::ContextFootprint f = models::LlamaContext::footprint(
-      model.hparams(), forward_config(model, opt), resolve_threads(opt));
-  const uint64_t logits = (uint64_t)model.hparams().n_vocab * sizeof(float);
-  return f.total() > UINT64_MAX - logits ? UINT64_MAX : f.total() + logits;
+  return plan_session(model, opt).plan.mem.session();
 }
 
 Session::Session(const Model& model, const SessionOptions& opt) : model_(model) {
-  const models::ForwardConfig cfg = forward_config(model, opt);
+  const graph::PlanOptions po = plan_options(model, opt);
   // The whole cache counts, though it becomes resident only as tokens fill
   // it: a context the machine cannot hold would fail later, mid-chat.
   const uint64_t need = session_memory_estimate(model, opt), avail = available_memory_bytes();
   if (avail > 0 && need > avail) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY,
-                "[session] a context of " + std::to_string(cfg.n_ctx) + " tokens needs " +
+                "[session] a context of " + std::to_string(po.n_ctx) + " tokens needs " +
                     std::to_string(need) + " bytes (" + mib(need) + ") but " +
                     std::to_string(avail) + " bytes (" + mib(avail) + ") are available");
   }
   pool_ = std::make_unique<graph::ThreadPool>(resolve_threads(opt));
   try {
-    ctx_ = std::make_unique<models::LlamaContext>(model.llama(), cfg, *pool_);
+    exec_ = std::make_unique<graph::Executor>(session_graph(model, opt, po.n_ctx), po, *pool_,
+                                              model.weights().mapped_weight_bytes(),
+                                              model.weights().repacked_bytes);
   } catch (const std::bad_alloc&) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory for a KV cache of " +
-                                              std::to_string(cfg.n_ctx) + " tokens");
+                                              std::to_string(po.n_ctx) + " tokens");
   }
   logits_.resize((size_t)model.hparams().n_vocab);
 }
@@ -118,7 +129,7 @@ void Session::cancel() {
 
 void Session::reset() {
   Call call(*this);
-  ctx_->release_from(0);
+  exec_->release_from(0);
   tokens_.clear();
   has_logits_ = false;
 }
@@ -135,7 +146,7 @@ void Session::truncate_impl(int32_t n) {
                                                  " tokens to " + std::to_string(n));
   }
   tokens_.resize((size_t)n);
-  ctx_->release_from(n);
+  exec_->release_from(n);
   has_logits_ = false;
 }
 
@@ -157,10 +168,10 @@ GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full
 }
 
 void Session::check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const {
-  if (n_past + tokens.size() > (size_t)ctx_->n_ctx()) {
+  if (n_past + tokens.size() > (size_t)exec_->n_ctx()) {
     throw Error(LILIMS_ERR_CONTEXT_FULL,
                 "[session] " + std::to_string(tokens.size()) + " tokens do not fit: " +
-                    std::to_string(n_past) + " of " + std::to_string(ctx_->n_ctx()) +
+                    std::to_string(n_past) + " of " + std::to_string(exec_->n_ctx()) +
                     " positions are in use");
   }
   const int32_t n_vocab = model_.hparams().n_vocab;
@@ -180,11 +191,11 @@ void Session::eval(const std::vector<int32_t>& tokens) {
 
 void Session::eval_impl(const std::vector<int32_t>& tokens) {
   check_tokens(tokens_.size(), tokens);
-  const int32_t step = ctx_->config().n_batch;
+  const int32_t step = exec_->plan().opt.n_batch;
   for (size_t done = 0; done < tokens.size(); done += (size_t)step) {
     if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
     const int32_t m = (int32_t)std::min<size_t>((size_t)step, tokens.size() - done);
-    ctx_->forward(tokens.data() + done, m, (int32_t)tokens_.size(), logits_.data(), false);
+    exec_->forward(tokens.data() + done, m, (int32_t)tokens_.size(), logits_.data(), false);
     tokens_.insert(tokens_.end(), tokens.begin() + (ptrdiff_t)done,
                    tokens.begin() + (ptrdiff_t)done + m);
     has_logits_ = true;
@@ -196,7 +207,7 @@ void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<fl
   check_tokens(tokens_.size(), tokens);
   const int32_t n_vocab = model_.hparams().n_vocab;
   logits.resize(tokens.size() * (size_t)n_vocab);
-  ctx_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
+  exec_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
                 true);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   if (!tokens.empty()) {
@@ -278,12 +289,12 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   // The loop below makes a token, then stops if the context is full, so the
   // last position holds one token more than it evaluates.
   const auto room = [&](int32_t made, size_t n_past) {
-    int64_t left = (int64_t)ctx_->n_ctx() - (int64_t)n_past + 1;
+    int64_t left = (int64_t)exec_->n_ctx() - (int64_t)n_past + 1;
     if (opt.max_tokens > 0) left = std::min<int64_t>(left, (int64_t)opt.max_tokens - made);
     return left;
   };
   if (opt.json) {
-    const int64_t ctx_left = (int64_t)ctx_->n_ctx() - (int64_t)(keep + prompt.size()) + 1;
+    const int64_t ctx_left = (int64_t)exec_->n_ctx() - (int64_t)(keep + prompt.size()) + 1;
     check_json_room(room(0, keep + prompt.size()), opt.max_tokens > 0 && opt.max_tokens < ctx_left);
   }
   if (keep < tokens_.size()) truncate_impl((int32_t)keep);
@@ -344,7 +355,7 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     }
     // The token joins the sequence even when generation ends here, so that a
     // later call continues from the text the caller has seen.
-    if (tokens_.size() >= (size_t)ctx_->n_ctx()) {
+    if (tokens_.size() >= (size_t)exec_->n_ctx()) {
       r.stop = StopReason::context_full;
       break;
     }

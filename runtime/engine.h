@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/matmul.h"
-#include "models/llama.h"
-#include "models/llama_forward.h"
+#include "graph/executor.h"
+#include "models/builders.h"
+#include "models/model.h"
 #include "runtime/json_constraint.h"
 #include "runtime/sampling.h"
 #include "tokenizer/tokenizer.h"
@@ -29,9 +29,9 @@ class Model {
   // Throws lilims::Error.
   static std::unique_ptr<Model> open(const std::string& path, const ModelOptions& opt = {});
 
-  const models::LlamaModel& llama() const { return *llama_; }
+  const models::Model& weights() const { return *model_; }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
-  const models::LlamaHParams& hparams() const { return llama_->hp; }
+  const models::HParams& hparams() const { return model_->hp; }
   // The recognised chat template ("chatml", ...) or "" when the model has none we know.
   const std::string& chat_template() const { return chat_template_; }
   bool has_chat_template_text() const { return has_template_text_; }
@@ -42,7 +42,7 @@ class Model {
   const JsonClosers& json_closers() const { return *json_closers_; }
 
  private:
-  std::unique_ptr<models::LlamaModel> llama_;
+  std::unique_ptr<models::Model> model_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::string chat_template_;
   bool has_template_text_ = false;
@@ -55,8 +55,11 @@ struct SessionOptions {
   int32_t n_ctx = 0;      // 0: the model's training context, capped at 4096
   int32_t n_threads = 0;  // 0: hardware concurrency
   int32_t n_batch = 64;
-  models::ExecMode mode = models::ExecMode::fast;
+  graph::ExecMode mode = graph::ExecMode::fast;
   quant::Type kv_type = quant::Type::F16;
+  int chunk_layers = 3;  // transformer blocks per chunk
+  // How staged K/V rows reach the cache (graph/kv_cache.h); skip only for benchmarks.
+  graph::KvCommit kv_commit = graph::KvCommit::sync;
   // n_ctx beyond the model's training context: refused unless set, as
   // positions the model never saw give poor text rather than an error.
   bool allow_ctx_beyond_train = false;
@@ -67,6 +70,14 @@ struct SessionOptions {
 // Session constructor computes it before allocating.  Throws lilims::Error
 // for options the constructor would refuse for other reasons than memory.
 uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt);
+
+// The plan a session with these options would run (memory, chunks), made
+// without allocating it.  Throws as the Session constructor would for bad options.
+struct PlannedSession {
+  graph::Graph graph;
+  graph::Plan plan;
+};
+PlannedSession plan_session(const Model& model, const SessionOptions& opt);
 
 enum class StopReason { max_tokens = 0, end_of_generation = 1, callback = 2, context_full = 3,
                         cancelled = 4 };
@@ -141,7 +152,8 @@ class Session {
   // checked for the last time is dropped with that call's end.
   void cancel();
   int32_t n_past() const { return (int32_t)tokens_.size(); }
-  int32_t n_ctx() const { return ctx_->n_ctx(); }
+  int32_t n_ctx() const { return exec_->n_ctx(); }
+  const graph::Executor& executor() const { return *exec_; }
   const Model& model() const { return model_; }
   int n_threads() const { return pool_->size(); }
 
@@ -174,7 +186,7 @@ class Session {
 
   const Model& model_;
   std::unique_ptr<graph::ThreadPool> pool_;
-  std::unique_ptr<models::LlamaContext> ctx_;
+  std::unique_ptr<graph::Executor> exec_;
   std::vector<int32_t> tokens_;  // the sequence in the KV cache
   std::vector<float> logits_;
   bool has_logits_ = false;

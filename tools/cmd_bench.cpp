@@ -129,13 +129,17 @@ uint64_t weight_bytes(const models::Weight& w) {
 // Weight bytes one decode step reads: every layer's matrices and norms, the
 // final norm and the LM head (the embedding table only through the head when
 // tied; a lookup reads one row).  The figure a read-bandwidth roofline needs.
-uint64_t decode_weight_bytes(const models::LlamaModel& m) {
-  uint64_t b = weight_bytes(m.output) + m.output_norm.size() * sizeof(float);
-  for (const models::LlamaLayer& l : m.layers) {
-    for (const models::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      b += weight_bytes(*w);
+uint64_t decode_weight_bytes(const models::Model& m) {
+  auto norm = [](const models::Norm& n) { return (n.w.size() + n.b.size()) * sizeof(float); };
+  auto bytes = [](const models::Weight& w) {
+    return w.present() ? weight_bytes(w) + w.bias.size() * sizeof(float) : 0;
+  };
+  uint64_t b = bytes(m.output) + norm(m.output_norm);
+  for (const models::Layer& l : m.layers) {
+    for (const models::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      b += bytes(*w);
     }
-    b += (l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float);
+    b += norm(l.attn_norm) + norm(l.ffn_norm);
   }
   return b;
 }
@@ -212,14 +216,14 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       kernels::isa_name(kernels::active_isa()), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
       r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
       r.tg.median, r.tg.min, r.tg.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, load_ms,
-      r.peak_rss_mb, (unsigned long long)model.llama().n_params,
-      (unsigned long long)decode_weight_bytes(model.llama()));
+      r.peak_rss_mb, (unsigned long long)model.weights().n_params,
+      (unsigned long long)decode_weight_bytes(model.weights()));
   std::fflush(stdout);
 }
 
 void print_table_header(const std::string& model_path, const runtime::Model& model,
                         double load_ms, const Options& o) {
-  const models::LlamaModel& m = model.llama();
+  const models::Model& m = model.weights();
   std::printf("model: %s (%s, %.1f M params, %.1f MB read per decoded token)\n",
               model_path.c_str(), model.name().empty() ? "unnamed" : model.name().c_str(),
               (double)m.n_params / 1e6, (double)decode_weight_bytes(m) / 1e6);

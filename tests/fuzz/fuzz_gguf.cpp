@@ -19,7 +19,7 @@
 
 #include "base/error.h"
 #include "models/gguf.h"
-#include "models/llama.h"
+#include "models/model.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
 
@@ -130,7 +130,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       lilims::models::LoadOptions lo;
       lo.repack = (size & 1) != 0;
-      lilims::models::load_llama(std::move(f), lo);
+      lilims::models::load_model(std::move(f), lo);
     } catch (const lilims::Error&) {
     }
   } catch (const lilims::Error&) {

@@ -27,7 +27,7 @@ std::vector<int32_t> some_tokens(int n, int32_t n_vocab) {
 
 // K and V of one position over all layers in F16, from the hyperparameters:
 // 2 * n_layer * n_head_kv * head_dim * 2 bytes (23040 for SmolLM2-135M).
-int64_t kv_bytes_per_position(const models::LlamaHParams& hp) {
+int64_t kv_bytes_per_position(const models::HParams& hp) {
   return (int64_t)2 * hp.n_layer * hp.n_head_kv * hp.head_dim * 2;
 }
 
@@ -35,7 +35,7 @@ TEST(SessionMemory, KvCacheIsResidentOnlyForItsTokensAndGivenBackOnReset) {
   LILIMS_REQUIRE_FILE(test::smollm2_path(), "scripts/fetch_model.sh fetches it");
   LILIMS_REQUIRE_RSS();
   auto model = runtime::Model::open(test::smollm2_path());
-  const models::LlamaHParams& hp = model->hparams();
+  const models::HParams& hp = model->hparams();
   const int32_t n_vocab = hp.n_vocab;
   runtime::SessionOptions so;
   so.n_threads = 2;

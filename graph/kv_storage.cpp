@@ -1,4 +1,4 @@
-#include "models/kv_storage.h"
+#include "graph/kv_storage.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -14,7 +14,7 @@
 #define LILIMS_KV_MMAP 1
 #endif
 
-namespace lilims::models {
+namespace lilims::graph {
 namespace {
 
 [[noreturn]] void out_of_memory(size_t bytes, const std::string& why) {
@@ -125,4 +125,4 @@ void KvStorage::release_from(int32_t n_keep) {
   used_ = n_keep;
 }
 
-}  // namespace lilims::models
+}  // namespace lilims::graph

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "memory_util.h"
-#include "models/kv_storage.h"
+#include "graph/kv_storage.h"
 #include "test_util.h"
 
 namespace lilims {
@@ -22,7 +22,7 @@ constexpr size_t kRow = 384;
 
 int64_t page() { return (int64_t)sysconf(_SC_PAGESIZE); }
 
-void fill_rows(models::KvStorage& kv, int32_t from, int32_t to) {
+void fill_rows(graph::KvStorage& kv, int32_t from, int32_t to) {
   for (int l = 0; l < kLayers; ++l) {
     for (int32_t p = from; p < to; ++p) {
       std::memset(kv.k(l) + (size_t)p * kRow, 1 + (p + l) % 250, kRow);
@@ -35,7 +35,7 @@ void fill_rows(models::KvStorage& kv, int32_t from, int32_t to) {
 TEST(KvStorage, PagesFollowTheRowsWritten) {
   LILIMS_REQUIRE_RSS();
   const int64_t r0 = test::rss_anon_bytes();
-  models::KvStorage kv(kLayers, kCtx, kRow);
+  graph::KvStorage kv(kLayers, kCtx, kRow);
   ASSERT_EQ(kv.bytes(), 2u * kLayers * kCtx * kRow);
   const int64_t r1 = test::rss_anon_bytes();
   // Nothing written: nothing resident (64 KiB for the allocator's and
@@ -79,7 +79,7 @@ TEST(KvStorage, PagesFollowTheRowsWritten) {
 }
 
 TEST(KvStorage, ReleaseOfNothingAndOfMoreThanWrittenIsHarmless) {
-  models::KvStorage kv(2, 100, 64);
+  graph::KvStorage kv(2, 100, 64);
   kv.release_from(0);
   for (int l = 0; l < 2; ++l) std::memset(kv.k(l), 7, 64 * 10);
   kv.mark_used(10);
@@ -91,11 +91,11 @@ TEST(KvStorage, ReleaseOfNothingAndOfMoreThanWrittenIsHarmless) {
 TEST(KvStorage, SizesBeyondTheAddressSpaceAreRefused) {
   const uint64_t max = std::numeric_limits<uint64_t>::max();
   const int32_t int_max = std::numeric_limits<int32_t>::max();
-  EXPECT_EQ(models::KvStorage::bytes_for(4096, int_max, (size_t)1 << 40), max);
-  EXPECT_EQ(models::KvStorage::bytes_for(30, 8192, 384), 2ull * 30 * 8192 * 384);
-  EXPECT_EQ(models::KvStorage::bytes_for(0, 8192, 384), 0u);
+  EXPECT_EQ(graph::KvStorage::bytes_for(4096, int_max, (size_t)1 << 40), max);
+  EXPECT_EQ(graph::KvStorage::bytes_for(30, 8192, 384), 2ull * 30 * 8192 * 384);
+  EXPECT_EQ(graph::KvStorage::bytes_for(0, 8192, 384), 0u);
   try {
-    models::KvStorage kv(4096, int_max, (size_t)1 << 20);
+    graph::KvStorage kv(4096, int_max, (size_t)1 << 20);
     FAIL() << "a KV cache of 2^64 bytes was reserved";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), LILIMS_ERR_OUT_OF_MEMORY);

@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace lilims::models {
+namespace lilims::graph {
 
 class KvStorage {
  public:
@@ -56,4 +56,4 @@ class KvStorage {
   bool mapped_ = false;  // an anonymous mapping (else calloc)
 };
 
-}  // namespace lilims::models
+}  // namespace lilims::graph

@@ -1,0 +1,231 @@
+#include "graph/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "base/error.h"
+#include "quant/quant.h"
+
+namespace lilims::graph {
+
+Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, uint64_t weights_mapped,
+                   uint64_t weights_heap, CommitHook hook)
+    : graph_(std::move(g)), pool_(pool) {
+  PlanOptions o = opt;
+  o.n_threads = pool.size();
+  plan_ = make_plan(graph_, o, weights_mapped, weights_heap);
+  kv_ = std::make_unique<KvCache>(plan_.kv, hook);
+
+  const uint64_t bytes = plan_.mem.arena + plan_.mem.matmul_act + plan_.mem.attn_scratch;
+  auto* block = static_cast<uint8_t*>(::operator new[]((size_t)bytes + 64, std::align_val_t(64), std::nothrow));
+  if (!block) throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[executor] no memory for the activation arena");
+  arena_ = reinterpret_cast<float*>(block);
+  act_ = block + plan_.mem.arena;
+  attn_scratch_ = reinterpret_cast<float*>(act_ + plan_.mem.matmul_act);
+
+  const auto& ts = graph_.tensors();
+  base_.assign(ts.size(), nullptr);
+  stride_.assign(ts.size(), 0);
+  for (size_t t = 0; t < ts.size(); ++t) {
+    const int r = graph_.root((int)t);
+    const Tensor& root = ts[(size_t)r];
+    int64_t col0 = 0;
+    for (int v = (int)t; v != r; v = ts[(size_t)v].view_of) col0 += ts[(size_t)v].col0;
+    stride_[t] = root.cols;
+    float* b = nullptr;
+    switch (root.storage) {
+      case Storage::arena:
+        if (plan_.offset[(size_t)r] >= 0) b = reinterpret_cast<float*>(block + plan_.offset[(size_t)r]);
+        break;
+      case Storage::staged_k: b = kv_->staged_k(root.layer); break;
+      case Storage::staged_v: b = kv_->staged_v(root.layer); break;
+      case Storage::logits: logits_tensor_ = r; break;
+    }
+    base_[t] = b ? b + col0 : nullptr;
+  }
+}
+
+Executor::~Executor() {
+  kv_.reset();  // joins the commit thread before the staging rows go
+  ::operator delete[](reinterpret_cast<uint8_t*>(arena_), std::align_val_t(64));
+}
+
+void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
+                       bool all_logits) {
+  if (n <= 0) return;
+  if (pos0 < 0 || (int64_t)pos0 + n > n_ctx()) {
+    throw Error(LILIMS_ERR_CONTEXT_FULL, "[executor] positions " + std::to_string(pos0) + ".." +
+                                             std::to_string(pos0 + n - 1) +
+                                             " do not fit a context of " + std::to_string(n_ctx()));
+  }
+  kv_->mark_used(pos0 + n);
+  const int64_t n_vocab = graph_.shape().n_vocab;
+  const int32_t nb = plan_.opt.n_batch;
+  for (int32_t done = 0; done < n; done += nb) {
+    const int32_t m = std::min(nb, n - done);
+    float* out = nullptr;
+    if (logits && all_logits) {
+      out = logits + (size_t)done * n_vocab;
+    } else if (logits && done + m == n) {
+      out = logits;
+    }
+    block(tokens + done, m, pos0 + done, out, all_logits);
+  }
+}
+
+void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits,
+                     bool all_logits) {
+  if (logits_tensor_ >= 0) {
+    for (size_t t = 0; t < base_.size(); ++t) {
+      if (graph_.root((int)t) == logits_tensor_) base_[t] = logits;
+    }
+  }
+  int32_t rows = m;
+  const auto& chunks = graph_.chunks();
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const Chunk& ch = chunks[c];
+    if (ch.kind == ChunkKind::head && !logits) break;
+    const int bc = plan_.block_chunk[c];
+    if (bc >= 0) kv_->before_chunk(bc);
+    for (int i = ch.node_begin; i < ch.node_end; ++i) {
+      run(graph_.nodes()[(size_t)i], (size_t)i, rows, m, pos0, tokens, all_logits);
+    }
+    if (bc >= 0) kv_->commit(bc, pos0, m);
+  }
+}
+
+void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
+                   const int32_t* tokens, bool all_logits) {
+  const kernels::OpsTable& ops = *plan_.ops;
+  const ModelShape& sh = graph_.shape();
+  float* out = ptr(n.out);
+  const int64_t ldo = ld(n.out), w = graph_.tensors()[(size_t)n.out].cols;
+  const float* a = n.a >= 0 ? ptr(n.a) : nullptr;
+  const float* b = n.b >= 0 ? ptr(n.b) : nullptr;
+  const int64_t lda = n.a >= 0 ? ld(n.a) : 0, ldb = n.b >= 0 ? ld(n.b) : 0;
+  // Row-wise ops on contiguous tensors go to the kernel as one run.
+  const bool flat = ldo == w && (n.a < 0 || lda == w) && (n.b < 0 || ldb == w);
+  switch (n.op) {
+    case Op::embed: {
+      const quant::TypeTraits* tt = quant::type_traits((uint32_t)n.w->type);
+      const size_t rb = quant::row_bytes(n.w->type, n.w->cols);
+      for (int32_t t = 0; t < rows; ++t) {
+        tt->to_float(static_cast<const uint8_t*>(n.w->data) + (size_t)tokens[t] * rb, out + t * ldo, n.w->cols);
+      }
+      break;
+    }
+    case Op::rope_table: {
+      float* sin = ptr(n.b);
+      for (int32_t t = 0; t < rows; ++t) {
+        kernels::rope_table_f32(sh.rope, pos0 + t, out + t * ldo, sin + t * ld(n.b));
+      }
+      break;
+    }
+    case Op::rms_norm:
+      for (int32_t t = 0; t < rows; ++t) ops.rmsnorm(a + t * lda, n.norm_w, out + t * ldo, w, n.eps);
+      break;
+    case Op::layer_norm:
+      for (int32_t t = 0; t < rows; ++t) {
+        ops.layernorm(a + t * lda, n.norm_w, n.norm_b, out + t * ldo, w, n.eps);
+      }
+      break;
+    case Op::matmul:
+      run_matmul(plan_.mm[index], *n.w, a, lda, rows, out, ldo, pool_, act_);
+      if (n.bias) {
+        for (int32_t t = 0; t < rows; ++t) ops.add(out + t * ldo, n.bias, out + t * ldo, w);
+      }
+      break;
+    case Op::rope: {
+      const float* cos = ptr(n.b);
+      const float* sin = ptr(n.c);
+      for (int32_t t = 0; t < rows; ++t) {
+        ops.rope(out + t * ldo, n.n_heads, sh.head_dim, sh.n_rot, cos + t * ld(n.b), sin + t * ld(n.c),
+                 !sh.rope_neox);
+      }
+      break;
+    }
+    case Op::copy:
+      for (int32_t t = 0; t < rows; ++t) std::memcpy(out + t * ldo, a + t * lda, (size_t)w * sizeof(float));
+      break;
+    case Op::attention: {
+      kernels::AttentionArgs args{};
+      args.q = a;
+      args.q_stride = lda;
+      args.n_q = m;
+      args.pos0 = pos0;
+      args.k = kv_->k(n.layer);
+      args.v = kv_->v(n.layer);
+      args.kv_type = kv_->type();
+      args.kv_stride_bytes = (int64_t)kv_->row_bytes();
+      args.n_head = sh.n_head;
+      args.n_head_kv = sh.n_head_kv;
+      args.head_dim = sh.head_dim;
+      args.scale = sh.attn_scale;
+      args.window = sh.window;
+      args.out = out;
+      args.out_stride = ldo;
+      args.k_new = kv_->staged_k(n.layer);
+      args.v_new = kv_->staged_v(n.layer);
+      args.new_stride = sh.kv_dim();
+      // Tasks = (part of a kv group) x (block of query tokens): a task's heads
+      // share one kv head, so the kernel reads and converts each K/V row once
+      // for all of them.  Groups are split in two only when whole groups would
+      // leave threads idle (e.g. 3 kv groups on 2 threads); later query blocks
+      // see more keys, so they are handed out first.
+      const int n_thr = pool_.size(), n_kv = sh.n_head_kv, group = sh.n_head / n_kv;
+      const int parts = (n_thr > 1 && n_kv % n_thr != 0 && n_kv < 2 * n_thr && group > 1) ? 2 : 1;
+      const int32_t qb = m;
+      const int64_t n_qb = (m + qb - 1) / qb, n_units = (int64_t)n_kv * parts;
+      float* scratch = attn_scratch_;
+      const size_t per = plan_.attn_scratch_floats;
+      pool_.parallel_for(n_units * n_qb, [&](int64_t task, int thread) {
+        const int64_t blk = n_qb - 1 - task / n_units, u = task % n_units;
+        const int g = (int)(u / parts), part = (int)(u % parts);
+        const int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
+        kernels::AttentionArgs la = args;
+        const int32_t t0 = (int32_t)blk * qb;
+        la.n_q = std::min(qb, m - t0);
+        la.pos0 = pos0 + t0;
+        la.q = args.q + (int64_t)t0 * args.q_stride;
+        la.out = args.out + (int64_t)t0 * args.out_stride;
+        la.k_new = args.k_new + (int64_t)t0 * args.new_stride;
+        la.v_new = args.v_new + (int64_t)t0 * args.new_stride;
+        ops.attention(la, h0, h1, scratch + (size_t)thread * per);
+      });
+      break;
+    }
+    case Op::swiglu:
+      if (flat) {
+        ops.swiglu(a, b, out, (int64_t)rows * w);
+      } else {
+        for (int32_t t = 0; t < rows; ++t) ops.swiglu(a + t * lda, b + t * ldb, out + t * ldo, w);
+      }
+      break;
+    case Op::gelu:
+      if (flat) {
+        ops.gelu(a, out, (int64_t)rows * w);
+      } else {
+        for (int32_t t = 0; t < rows; ++t) ops.gelu(a + t * lda, out + t * ldo, w);
+      }
+      break;
+    case Op::add:
+      if (flat) {
+        ops.add(a, b, out, (int64_t)rows * w);
+      } else {
+        for (int32_t t = 0; t < rows; ++t) ops.add(a + t * lda, b + t * ldb, out + t * ldo, w);
+      }
+      break;
+    case Op::select_rows: {
+      const int32_t first = all_logits ? 0 : rows - 1;
+      for (int32_t t = first; t < rows; ++t) {
+        std::memcpy(out + (t - first) * ldo, a + t * lda, (size_t)w * sizeof(float));
+      }
+      rows -= first;
+      break;
+    }
+  }
+}
+
+}  // namespace lilims::graph

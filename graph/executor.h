@@ -1,0 +1,61 @@
+// Runs a planned graph: a prompt in blocks of at most n_batch tokens, or one
+// token per step, chunk by chunk on the persistent pool, over the KV cache.
+// Everything it touches is allocated when it is built; forward() allocates
+// nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "graph/ir.h"
+#include "graph/kv_cache.h"
+#include "graph/plan.h"
+#include "graph/thread_pool.h"
+
+namespace lilims::graph {
+
+class Executor {
+ public:
+  // Plans g for opt (throws lilims::Error for options it refuses, or
+  // LILIMS_ERR_OUT_OF_MEMORY) and allocates everything.
+  Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, uint64_t weights_mapped = 0,
+           uint64_t weights_heap = 0, CommitHook hook = {});
+  ~Executor();
+
+  // Runs tokens[0..n) at positions pos0..pos0+n-1 (pos0 + n <= n_ctx; the
+  // cache must hold positions [0, pos0)).  logits receives n_vocab floats for
+  // the last token, or for every token (n * n_vocab) when all_logits, or
+  // nothing when null.  Token ids must be valid (the caller checks).
+  // Commits may still run when it returns (async); anything that reads the
+  // cache itself calls sync() first.
+  void forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits, bool all_logits);
+
+  const Graph& graph() const { return graph_; }
+  const Plan& plan() const { return plan_; }
+  int32_t n_ctx() const { return plan_.opt.n_ctx; }
+  size_t kv_bytes() const { return kv_->bytes(); }
+  void sync() { kv_->sync(); }
+  // The sequence now keeps only positions [0, n_keep).
+  void release_from(int32_t n_keep) { kv_->release_from(n_keep); }
+
+ private:
+  void block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits, bool all_logits);
+  void run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
+           const int32_t* tokens, bool all_logits);
+  float* ptr(int t) const { return base_[(size_t)t]; }
+  int64_t ld(int t) const { return stride_[(size_t)t]; }
+
+  Graph graph_;
+  Plan plan_;
+  ThreadPool& pool_;
+  std::unique_ptr<KvCache> kv_;
+  float* arena_ = nullptr;
+  uint8_t* act_ = nullptr;
+  float* attn_scratch_ = nullptr;
+  std::vector<float*> base_;     // per tensor: its first element (logits: set per call)
+  std::vector<int64_t> stride_;  // per tensor: floats between rows
+  int logits_tensor_ = -1;
+};
+
+}  // namespace lilims::graph

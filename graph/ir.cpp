@@ -1,0 +1,215 @@
+#include "graph/ir.h"
+
+#include "base/error.h"
+
+namespace lilims::graph {
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw Error(LILIMS_ERR_INTERNAL, "[graph] " + msg); }
+
+}  // namespace
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::embed: return "embed";
+    case Op::rope_table: return "rope_table";
+    case Op::rms_norm: return "rms_norm";
+    case Op::layer_norm: return "layer_norm";
+    case Op::matmul: return "matmul";
+    case Op::rope: return "rope";
+    case Op::copy: return "copy";
+    case Op::attention: return "attention";
+    case Op::swiglu: return "swiglu";
+    case Op::gelu: return "gelu";
+    case Op::add: return "add";
+    case Op::select_rows: return "select_rows";
+  }
+  return "?";
+}
+
+int Graph::tensor(const std::string& name, int64_t n_cols) {
+  if (n_cols <= 0) bad("tensor " + name + " has no columns");
+  tensors_.push_back(Tensor{name, n_cols, Storage::arena, -1, -1, 0});
+  return (int)tensors_.size() - 1;
+}
+
+int Graph::view(int of, int64_t col0, int64_t n_cols, const std::string& name) {
+  if (of < 0 || of >= (int)tensors_.size() || col0 < 0 || n_cols <= 0 || col0 + n_cols > cols(of)) {
+    bad("view " + name + " is outside its tensor");
+  }
+  Tensor t{name, n_cols, tensors_[(size_t)of].storage, tensors_[(size_t)of].layer, of, col0};
+  tensors_.push_back(t);
+  return (int)tensors_.size() - 1;
+}
+
+int Graph::staged(Storage which, int layer) {
+  if (which != Storage::staged_k && which != Storage::staged_v) bad("staged() takes staged_k or staged_v");
+  const std::string name = std::string(which == Storage::staged_k ? "k" : "v") + "_new." +
+                           std::to_string(layer);
+  tensors_.push_back(Tensor{name, shape_.kv_dim(), which, layer, -1, 0});
+  return (int)tensors_.size() - 1;
+}
+
+int Graph::logits() {
+  tensors_.push_back(Tensor{"logits", shape_.n_vocab, Storage::logits, -1, -1, 0});
+  return (int)tensors_.size() - 1;
+}
+
+int Graph::root(int t) const {
+  while (tensors_[(size_t)t].view_of >= 0) t = tensors_[(size_t)t].view_of;
+  return t;
+}
+
+void Graph::begin_chunk(ChunkKind kind, int layer_begin, int layer_end) {
+  if (!chunks_.empty()) chunks_.back().node_end = (int)nodes_.size();
+  chunks_.push_back(Chunk{kind, (int)nodes_.size(), (int)nodes_.size(), layer_begin, layer_end});
+}
+
+Node& Graph::push(Op op, int out, int a, int b, int c) {
+  if (chunks_.empty()) bad(std::string(op_name(op)) + " node outside a chunk");
+  nodes_.push_back(Node{op, out, a, b, c});
+  chunks_.back().node_end = (int)nodes_.size();
+  return nodes_.back();
+}
+
+void Graph::embed(const kernels::PackedWeight& table, int out) {
+  if (table.layout != kernels::kLayoutGguf || table.cols != cols(out)) bad("embed: table mismatch");
+  push(Op::embed, out).w = &table;
+}
+
+void Graph::rope_table(int cos, int sin) { push(Op::rope_table, cos, -1, sin); }
+
+int Graph::rms_norm(int a, const std::vector<float>& w, float eps, const std::string& name) {
+  const int out = tensor(name, cols(a));
+  if ((int64_t)w.size() != cols(a)) bad("rms_norm " + name + ": weight size");
+  Node& n = push(Op::rms_norm, out, a);
+  n.norm_w = w.data();
+  n.eps = eps;
+  return out;
+}
+
+int Graph::layer_norm(int a, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                      const std::string& name) {
+  const int out = tensor(name, cols(a));
+  if ((int64_t)w.size() != cols(a) || (int64_t)b.size() != cols(a)) bad("layer_norm " + name + ": sizes");
+  Node& n = push(Op::layer_norm, out, a);
+  n.norm_w = w.data();
+  n.norm_b = b.data();
+  n.eps = eps;
+  return out;
+}
+
+void Graph::matmul(const kernels::PackedWeight& w, const std::vector<float>& bias, int a, int out) {
+  if (w.cols != cols(a) || w.rows != cols(out) || (!bias.empty() && (int64_t)bias.size() != w.rows)) {
+    bad("matmul into " + tensors_[(size_t)out].name + ": shapes");
+  }
+  Node& n = push(Op::matmul, out, a);
+  n.w = &w;
+  n.bias = bias.empty() ? nullptr : bias.data();
+}
+
+int Graph::matmul(const kernels::PackedWeight& w, const std::vector<float>& bias, int a,
+                  const std::string& name) {
+  const int out = tensor(name, w.rows);
+  matmul(w, bias, a, out);
+  return out;
+}
+
+void Graph::rope(int a, int n_heads, int cos, int sin) {
+  if ((int64_t)n_heads * shape_.head_dim != cols(a)) bad("rope: heads do not fill the rows");
+  push(Op::rope, a, a, cos, sin).n_heads = n_heads;
+}
+
+void Graph::copy(int a, int out) {
+  if (cols(a) != cols(out)) bad("copy: widths differ");
+  push(Op::copy, out, a);
+}
+
+int Graph::attention(int q, int layer, const std::string& name) {
+  if (cols(q) != (int64_t)shape_.n_head * shape_.head_dim) bad("attention: query width");
+  const int out = tensor(name, cols(q));
+  push(Op::attention, out, q).layer = layer;
+  return out;
+}
+
+int Graph::swiglu(int gate, int up, const std::string& name) {
+  if (cols(gate) != cols(up)) bad("swiglu: widths differ");
+  const int out = tensor(name, cols(gate));
+  push(Op::swiglu, out, gate, up);
+  return out;
+}
+
+int Graph::gelu(int a, const std::string& name) {
+  const int out = tensor(name, cols(a));
+  push(Op::gelu, out, a);
+  return out;
+}
+
+void Graph::add(int a, int b, int out) {
+  if (cols(a) != cols(b) || cols(a) != cols(out)) bad("add: widths differ");
+  push(Op::add, out, a, b);
+}
+
+int Graph::select_rows(int a, const std::string& name) {
+  const int out = tensor(name, cols(a));
+  push(Op::select_rows, out, a);
+  return out;
+}
+
+void Graph::validate() const {
+  if (chunks_.size() < 3 || chunks_.front().kind != ChunkKind::embed ||
+      chunks_.back().kind != ChunkKind::head) {
+    bad("chunks must be embed, blocks..., head");
+  }
+  std::vector<char> defined(tensors_.size(), 0);
+  std::vector<int> staged_by(2 * (size_t)shape_.n_layer, -1);
+  int next_layer = 0;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Chunk& ch = chunks_[c];
+    if (c > 0 && c + 1 < chunks_.size()) {
+      if (ch.kind != ChunkKind::blocks || ch.layer_begin != next_layer || ch.layer_end <= ch.layer_begin) {
+        bad("block chunks must cover the layers in order");
+      }
+      next_layer = ch.layer_end;
+    }
+    for (int i = ch.node_begin; i < ch.node_end; ++i) {
+      const Node& n = nodes_[(size_t)i];
+      if (n.op == Op::rope_table) defined[(size_t)root(n.b)] = 1;  // its second output
+      for (int in : {n.a, n.b, n.c}) {
+        if (in < 0 || (n.op == Op::rope_table && in == n.b)) continue;
+        if (!defined[(size_t)root(in)] && !(n.op == Op::rope && in == n.a)) {
+          bad(std::string(op_name(n.op)) + " reads " + tensors_[(size_t)in].name + " before it is written");
+        }
+      }
+      if (n.op == Op::rope && !defined[(size_t)root(n.a)]) {
+        bad("rope on " + tensors_[(size_t)n.a].name + " before it is written");
+      }
+      const Tensor& out = tensors_[(size_t)n.out];
+      if (out.storage == Storage::staged_k || out.storage == Storage::staged_v) {
+        if (ch.kind != ChunkKind::blocks || out.layer < ch.layer_begin || out.layer >= ch.layer_end) {
+          bad(out.name + " is written outside its layer's chunk");
+        }
+        int& by = staged_by[2 * (size_t)out.layer + (out.storage == Storage::staged_v)];
+        if (n.op != Op::rope) {
+          if (by >= 0) bad(out.name + " is written twice");
+          by = i;
+        }
+      }
+      if (n.op == Op::attention) {
+        if (n.layer < ch.layer_begin || n.layer >= ch.layer_end) bad("attention outside its layer's chunk");
+        if (staged_by[2 * (size_t)n.layer] < 0 || staged_by[2 * (size_t)n.layer + 1] < 0) {
+          bad("attention of layer " + std::to_string(n.layer) + " before its K/V rows are staged");
+        }
+      }
+      defined[(size_t)root(n.out)] = 1;
+    }
+  }
+  if (next_layer != shape_.n_layer) bad("the block chunks do not cover every layer");
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    if (staged_by[2 * (size_t)l] < 0 || staged_by[2 * (size_t)l + 1] < 0) {
+      bad("layer " + std::to_string(l) + " stages no K/V rows");
+    }
+  }
+}
+
+}  // namespace lilims::graph

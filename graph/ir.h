@@ -1,0 +1,141 @@
+// The graph a model builder emits and the planner lays out: tensors that are
+// (rows, cols) float activations of the block being run (rows = its tokens,
+// at most the plan's batch size; cols fixed), and nodes, each one op over
+// them.  The graph knows ops and tensors, not model names.
+//
+// Execution is split into chunks, as a Neural Engine model is: chunk 0
+// embeds the tokens and builds the RoPE tables; each block chunk runs a few
+// transformer layers, whose new K/V rows go to staging tensors and are
+// committed into the cache after the chunk (graph/kv_cache.h); the head
+// chunk selects the rows whose logits are wanted and runs the final norm and
+// the LM head.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace lilims::graph {
+
+enum class Storage : uint8_t {
+  arena,     // planned into the arena by liveness
+  staged_k,  // the new K rows of `layer` (kv_dim cols), kept until committed
+  staged_v,  // the new V rows of `layer`
+  logits,    // the caller's logits buffer
+};
+
+struct Tensor {
+  std::string name;
+  int64_t cols = 0;
+  Storage storage = Storage::arena;
+  int layer = -1;        // staged_k / staged_v
+  int view_of = -1;      // a view: cols [col0, col0 + cols) of tensor view_of
+  int64_t col0 = 0;
+};
+
+enum class Op : uint8_t {
+  embed,        // out[t] = row tokens[t] of w (dequantized)
+  rope_table,   // out = cos, b = sin of each row's position: (rows, n_rot / 2)
+  rms_norm,     // out = rmsnorm(a) * norm_w
+  layer_norm,   // out = layernorm(a) * norm_w + norm_b
+  matmul,       // out = a W^T (+ bias)
+  rope,         // a rotated in place by the tables b (cos), c (sin)
+  copy,         // out = a (e.g. K/V views of a fused projection into staging)
+  attention,    // out = attention of queries a over layer's cache and its staged rows
+  swiglu,       // out = silu(a) * b
+  gelu,         // out = gelu(a) (tanh form)
+  add,          // out = a + b
+  select_rows,  // out = the rows of a whose logits are wanted (all, or the last); every
+                // later node runs on that many rows
+};
+const char* op_name(Op op);
+
+struct Node {
+  Op op;
+  int out = -1, a = -1, b = -1, c = -1;
+  const kernels::PackedWeight* w = nullptr;  // matmul, embed (GGUF layout)
+  const float* bias = nullptr;               // matmul: (w->rows) or null
+  const float* norm_w = nullptr;             // norms: (cols)
+  const float* norm_b = nullptr;             // layer_norm: (cols)
+  float eps = 0.0f;
+  int layer = -1;                            // attention
+  int n_heads = 0;                           // rope: heads in a's rows
+};
+
+enum class ChunkKind : uint8_t { embed, blocks, head };
+
+struct Chunk {
+  ChunkKind kind;
+  int node_begin = 0, node_end = 0;  // nodes [begin, end)
+  int layer_begin = 0, layer_end = 0;  // blocks: the layers it runs
+};
+
+// What the attention and RoPE nodes of the graph share.
+struct ModelShape {
+  int n_layer = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  int n_rot = 0;
+  bool rope_neox = false;
+  int32_t window = 0;          // sliding window (0 = none)
+  float attn_scale = 1.0f;
+  kernels::RopeParams rope;    // freq_factors point into the model, which outlives the graph
+  int64_t n_vocab = 0;
+  int64_t kv_dim() const { return (int64_t)n_head_kv * head_dim; }
+};
+
+class Graph {
+ public:
+  explicit Graph(const ModelShape& shape) : shape_(shape) {}
+
+  // Tensors.
+  int tensor(const std::string& name, int64_t cols);
+  int view(int of, int64_t col0, int64_t cols, const std::string& name);
+  int staged(Storage which, int layer);  // staged_k / staged_v of a layer
+  int logits();                          // the caller's buffer (n_vocab cols)
+
+  // Chunks: every node belongs to the chunk begun last.
+  void begin_chunk(ChunkKind kind, int layer_begin = 0, int layer_end = 0);
+
+  // Nodes; each returns its output tensor.
+  void embed(const kernels::PackedWeight& table, int out);
+  void rope_table(int cos, int sin);
+  int rms_norm(int a, const std::vector<float>& w, float eps, const std::string& name);
+  int layer_norm(int a, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                 const std::string& name);
+  void matmul(const kernels::PackedWeight& w, const std::vector<float>& bias, int a, int out);
+  int matmul(const kernels::PackedWeight& w, const std::vector<float>& bias, int a,
+             const std::string& name);
+  void rope(int a, int n_heads, int cos, int sin);
+  void copy(int a, int out);
+  int attention(int q, int layer, const std::string& name);
+  int swiglu(int gate, int up, const std::string& name);
+  int gelu(int a, const std::string& name);
+  void add(int a, int b, int out);
+  int select_rows(int a, const std::string& name);
+
+  const ModelShape& shape() const { return shape_; }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Chunk>& chunks() const { return chunks_; }
+  // The tensor whose storage a (view) tensor uses.
+  int root(int t) const;
+  // Throws lilims::Error unless the graph is complete and consistent: every
+  // node in a chunk, inputs defined before use, widths that agree, chunks in
+  // the order embed, blocks..., head, each layer's staged rows written once
+  // in its own chunk.
+  void validate() const;
+
+ private:
+  Node& push(Op op, int out, int a = -1, int b = -1, int c = -1);
+  int64_t cols(int t) const { return tensors_[(size_t)t].cols; }
+
+  ModelShape shape_;
+  std::vector<Tensor> tensors_;
+  std::vector<Node> nodes_;
+  std::vector<Chunk> chunks_;
+};
+
+}  // namespace lilims::graph

@@ -1,0 +1,111 @@
+// A transformer of the llama family or Phi-2 / Phi-3 as a GGUF file describes
+// it (llama.cpp's tensor names and `{arch}.*` keys): hyperparameters and
+// weights.  How the weights are combined is the graph builder's business
+// (models/builders.h); this is only what the file holds, checked.
+//
+// Shapes follow llama2.c's habit of saying them in comments; a weight
+// "(rows, cols)" maps cols inputs to rows outputs (GGUF ne = {cols, rows}).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "models/gguf.h"
+#include "quant/quant.h"
+
+namespace lilims::models {
+
+enum class Arch { llama, phi2, phi3 };
+const char* arch_name(Arch a);
+
+struct HParams {
+  Arch arch = Arch::llama;
+  int32_t n_vocab = 0;
+  int32_t n_ctx_train = 0;
+  int32_t n_embd = 0;     // dim
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;   // n_embd / n_head
+  int32_t n_ff = 0;       // hidden_dim of the feed-forward
+  int32_t n_rot = 0;      // rotary dimensions per head (<= head_dim; phi2 rotates a part)
+  bool rope_neox = false; // rotate pairs (i, i + n_rot/2) (phi); else (2i, 2i+1) (llama)
+  float rope_freq_base = 10000.0f;
+  float norm_eps = 1e-5f; // RMSNorm (llama, phi3) or LayerNorm (phi2) epsilon
+  int32_t sliding_window = 0;   // keys q - window < k <= q; 0 = the whole context (phi3)
+  int32_t rope_orig_ctx = 0;    // phi3 longrope: the context the short factors are for
+  float rope_attn_factor = 1.0f;// phi3 longrope: cos/sin scale
+
+  int32_t kv_dim() const { return n_head_kv * head_dim; }
+  int32_t q_dim() const { return n_head * head_dim; }
+};
+
+// A 2-D weight as the file holds it, and as the kernels want it.
+struct Weight {
+  std::string name;
+  quant::Type type = quant::Type::F32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;   // GGUF bytes (into the mapping)
+  kernels::PackedWeight packed; // what the matmul kernels read (maybe repacked)
+  std::vector<float> bias;      // (rows) or empty
+  bool present() const { return rows > 0; }
+};
+
+struct Norm {
+  std::vector<float> w;  // (n_embd)
+  std::vector<float> b;  // (n_embd) for LayerNorm, empty for RMSNorm
+};
+
+struct Layer {
+  Norm attn_norm;
+  // Either separate projections (llama, phi2) ...
+  Weight wq;      // (n_head * head_dim, n_embd)
+  Weight wk;      // (n_head_kv * head_dim, n_embd)
+  Weight wv;      // (n_head_kv * head_dim, n_embd)
+  // ... or one fused [Q; K; V] (phi3): (q_dim + 2 kv_dim, n_embd)
+  Weight wqkv;
+  Weight wo;      // (n_embd, n_head * head_dim)
+  Norm ffn_norm;  // empty for phi2 (attention and MLP share attn_norm)
+  Weight w_gate;  // (n_ff, n_embd)      llama2.c w1; absent for phi2, phi3
+  Weight w_up;    // (n_ff, n_embd)      llama2.c w3; phi3: [gate; up] (2 n_ff, n_embd)
+  Weight w_down;  // (n_embd, n_ff)      llama2.c w2
+};
+
+struct Model {
+  HParams hp;
+  Weight tok_embd;                // (n_vocab, n_embd)
+  std::vector<Layer> layers;
+  Norm output_norm;
+  Weight output;                  // (n_vocab, n_embd); tok_embd's bytes when tied
+  bool tied_output = false;
+  // phi3 longrope: per-dim frequency divisors (n_rot / 2), for contexts up to
+  // rope_orig_ctx (short) and beyond (long).  Empty otherwise.
+  std::vector<float> rope_factors_short, rope_factors_long;
+  uint64_t n_params = 0;
+  size_t repacked_bytes = 0;      // extra memory the kernels' layouts take
+  double repack_seconds = 0.0;
+  std::unique_ptr<gguf::File> file;  // owns the mapping every Weight points into
+
+  // Weight bytes the kernels read from the file mapping (not repacked),
+  // and the bytes of the repacked copies on the heap.
+  uint64_t mapped_weight_bytes() const;
+};
+
+struct LoadOptions {
+  bool repack = true;  // let the matmul kernels repack weights at load
+};
+
+// Builds the model from a parsed GGUF whose general.architecture is llama,
+// phi2 or phi3.  Throws lilims::Error: LILIMS_ERR_UNSUPPORTED for another
+// architecture or an unreadable tensor type, LILIMS_ERR_MISSING for an
+// absent tensor or hyperparameter, LILIMS_ERR_BAD_FORMAT for inconsistent
+// shapes or hyperparameters.
+std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOptions& opt = {});
+
+// Dequantizes row `row` of a weight (e.g. one token's embedding) into out (cols floats).
+void dequantize_row(const Weight& w, int64_t row, float* out);
+
+}  // namespace lilims::models
