@@ -103,12 +103,13 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
   try {
     exec_ = std::make_unique<graph::Executor>(session_graph(model, opt, po.n_ctx), po, *pool_,
                                               model.weights().mapped_weight_bytes(),
-                                              model.weights().repacked_bytes);
+                                              model.weights().repacked_bytes, opt.commit_hook);
   } catch (const std::bad_alloc&) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory for a KV cache of " +
                                               std::to_string(po.n_ctx) + " tokens");
   }
   logits_.resize((size_t)model.hparams().n_vocab);
+  tokens_.reserve((size_t)po.n_ctx);  // so that a decode step allocates nothing
 }
 
 Session::Call::Call(Session& s) : s_(s) {
