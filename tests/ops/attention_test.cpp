@@ -277,7 +277,7 @@ std::vector<StagedCase> staged_cases() {
         c.t = t;
         c.head_dim = dims[k % 6];
         if (t == Type::Q8_0 && c.head_dim % 32 != 0) c.head_dim = dims[1 + k % 2 * 2];  // 64, 96
-        c.group = groups[(k / 6 + k) % 4];
+        c.group = groups[(k / 3 + k / 15) % 4];  // one per (n_q, pos0), all types
         const int32_t windows[] = {0, std::max(1, n_q / 3), n_q + 37};
         c.window = windows[(k / 2) % 3];
         v.push_back(c);
