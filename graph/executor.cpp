@@ -18,12 +18,14 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, uint64_t w
   plan_ = make_plan(graph_, o, weights_mapped, weights_heap);
   kv_ = std::make_unique<KvCache>(plan_.kv, hook);
 
-  const uint64_t bytes = plan_.mem.arena + plan_.mem.matmul_act + plan_.mem.attn_scratch;
+  const uint64_t bytes = plan_.mem.arena + plan_.mem.matmul_act + plan_.mem.attn_scratch +
+                        plan_.mem.round_tmp;
   auto* block = static_cast<uint8_t*>(::operator new[]((size_t)bytes + 64, std::align_val_t(64), std::nothrow));
   if (!block) throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[executor] no memory for the activation arena");
   arena_ = reinterpret_cast<float*>(block);
   act_ = block + plan_.mem.arena;
   attn_scratch_ = reinterpret_cast<float*>(act_ + plan_.mem.matmul_act);
+  round_tmp_ = act_ + plan_.mem.matmul_act + plan_.mem.attn_scratch;
 
   const auto& ts = graph_.tensors();
   base_.assign(ts.size(), nullptr);
@@ -96,6 +98,29 @@ void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logi
   }
 }
 
+// The staged rows become what the cache will hold (F16 or Q8_0 values, as
+// floats), so attention reads the same numbers for a position whether it is
+// staged or committed: a prompt gives the same logits in one block or token
+// by token, and the commit's conversion of these rows is exact.
+void Executor::round_staged(int layer, int32_t m) {
+  const quant::Type type = kv_->type();
+  if (type == quant::Type::F32) return;
+  const kernels::OpsTable& ops = *plan_.ops;
+  const int64_t d = graph_.shape().kv_dim();
+  for (float* rows : {kv_->staged_k(layer), kv_->staged_v(layer)}) {
+    for (int32_t t = 0; t < m; ++t) {
+      float* row = rows + t * d;
+      if (type == quant::Type::F16) {
+        ops.fp32_to_fp16(row, reinterpret_cast<uint16_t*>(round_tmp_), d);
+        ops.fp16_to_fp32(reinterpret_cast<const uint16_t*>(round_tmp_), row, d);
+      } else {
+        ops.quantize_row_q8_0(row, round_tmp_, d);
+        quant::type_traits((uint32_t)quant::Type::Q8_0)->to_float(round_tmp_, row, d);
+      }
+    }
+  }
+}
+
 void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
                    const int32_t* tokens, bool all_logits) {
   const kernels::OpsTable& ops = *plan_.ops;
@@ -150,6 +175,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       for (int32_t t = 0; t < rows; ++t) std::memcpy(out + t * ldo, a + t * lda, (size_t)w * sizeof(float));
       break;
     case Op::attention: {
+      round_staged(n.layer, m);
       kernels::AttentionArgs args{};
       args.q = a;
       args.q_stride = lda;

@@ -43,6 +43,7 @@ class Executor {
   void block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits, bool all_logits);
   void run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
            const int32_t* tokens, bool all_logits);
+  void round_staged(int layer, int32_t m);
   float* ptr(int t) const { return base_[(size_t)t]; }
   int64_t ld(int t) const { return stride_[(size_t)t]; }
 
@@ -53,6 +54,7 @@ class Executor {
   float* arena_ = nullptr;
   uint8_t* act_ = nullptr;
   float* attn_scratch_ = nullptr;
+  uint8_t* round_tmp_ = nullptr;  // one K/V row in the cache type
   std::vector<float*> base_;     // per tensor: its first element (logits: set per call)
   std::vector<int64_t> stride_;  // per tensor: floats between rows
   int logits_tensor_ = -1;

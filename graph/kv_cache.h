@@ -1,10 +1,10 @@
 // The KV cache of one sequence, with the Neural Engine chunking scheme's
 // staging: a block chunk writes its layers' new K/V rows as F32 into a
 // staging set, its attention reads the committed cache for earlier
-// positions and the staged rows for its own, and after the chunk the rows
-// are committed (converted to the cache type and written into place) —
-// inline (sync), or on a helper thread while the next chunks compute
-// (async).
+// positions and the staged rows for its own (rounded first to the values the
+// cache will hold, graph/executor.cpp), and after the chunk the rows are
+// committed (converted to the cache type and written into place) — inline
+// (sync), or on a helper thread while the next chunks compute (async).
 //
 // Two staging sets, used by even and odd chunks.  Fences, before chunk c
 // runs: (1) the last commit of chunk c is done, so its layers' cache holds

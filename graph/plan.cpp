@@ -85,7 +85,7 @@ const char* exec_mode_name(ExecMode m) {
 
 uint64_t MemoryPlan::session() const {
   uint64_t s = 0;
-  for (uint64_t b : {arena, matmul_act, attn_scratch, staging, kv, logits}) s = sat_add(s, b);
+  for (uint64_t b : {arena, matmul_act, attn_scratch, staging, round_tmp, kv, logits}) s = sat_add(s, b);
   return s;
 }
 
@@ -153,6 +153,7 @@ Plan make_plan(const Graph& g, const PlanOptions& options, uint64_t weights_mapp
   }
   p.kv.chunk_begin.push_back(sh.n_layer);
   p.mem.staging = KvCache::staging_bytes(p.kv);
+  p.mem.round_tmp = align_up(quant::row_bytes(o.kv_type, sh.kv_dim()));
   p.mem.kv = KvStorage::bytes_for(sh.n_layer, o.n_ctx, quant::row_bytes(o.kv_type, sh.kv_dim()));
   p.mem.logits = (uint64_t)sh.n_vocab * sizeof(float);
   p.mem.weights_mapped = weights_mapped;

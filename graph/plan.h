@@ -37,6 +37,7 @@ struct MemoryPlan {
   uint64_t matmul_act = 0;     // quantized activations of the widest matmul
   uint64_t attn_scratch = 0;   // per thread x threads
   uint64_t staging = 0;        // staged K/V rows (2 sets)
+  uint64_t round_tmp = 0;      // one K/V row in the cache type
   uint64_t kv = 0;             // the cache once every position is written
   uint64_t logits = 0;         // the session's last-token logits
   uint64_t weights_mapped = 0; // weight bytes the kernels read from the file mapping
