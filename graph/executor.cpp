@@ -10,12 +10,12 @@
 
 namespace lilims::graph {
 
-Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, uint64_t weights_mapped,
-                   uint64_t weights_heap, CommitHook hook)
+Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const ModelMemory& model,
+                   CommitHook hook)
     : graph_(std::move(g)), pool_(pool) {
   PlanOptions o = opt;
   o.n_threads = pool.size();
-  plan_ = make_plan(graph_, o, weights_mapped, weights_heap);
+  plan_ = make_plan(graph_, o, model);
   kv_ = std::make_unique<KvCache>(plan_.kv, hook);
 
   const uint64_t bytes = plan_.mem.arena + plan_.mem.matmul_act + plan_.mem.attn_scratch +

@@ -19,8 +19,8 @@ class Executor {
  public:
   // Plans g for opt (throws lilims::Error for options it refuses, or
   // LILIMS_ERR_OUT_OF_MEMORY) and allocates everything.
-  Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, uint64_t weights_mapped = 0,
-           uint64_t weights_heap = 0, CommitHook hook = {});
+  Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const ModelMemory& model = {},
+           CommitHook hook = {});
   ~Executor();
 
   // Runs tokens[0..n) at positions pos0..pos0+n-1 (pos0 + n <= n_ctx; the

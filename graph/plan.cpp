@@ -90,11 +90,12 @@ uint64_t MemoryPlan::session() const {
 }
 
 uint64_t MemoryPlan::total() const {
-  return sat_add(sat_add(session(), weights_mapped), weights_heap);
+  uint64_t t = session();
+  for (uint64_t b : {weights_mapped, weights_heap, embed_rows, model_host}) t = sat_add(t, b);
+  return t;
 }
 
-Plan make_plan(const Graph& g, const PlanOptions& options, uint64_t weights_mapped,
-               uint64_t weights_heap) {
+Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& model) {
   g.validate();
   const ModelShape& sh = g.shape();
   Plan p;
@@ -156,8 +157,10 @@ Plan make_plan(const Graph& g, const PlanOptions& options, uint64_t weights_mapp
   p.mem.round_tmp = align_up(quant::row_bytes(o.kv_type, sh.kv_dim()));
   p.mem.kv = KvStorage::bytes_for(sh.n_layer, o.n_ctx, quant::row_bytes(o.kv_type, sh.kv_dim()));
   p.mem.logits = (uint64_t)sh.n_vocab * sizeof(float);
-  p.mem.weights_mapped = weights_mapped;
-  p.mem.weights_heap = weights_heap;
+  p.mem.weights_mapped = model.weights_mapped;
+  p.mem.weights_heap = model.weights_heap;
+  p.mem.embed_rows = model.embed_rows;
+  p.mem.model_host = model.host;
   return p;
 }
 
@@ -206,6 +209,8 @@ std::string Plan::describe(const Graph& g) const {
   row("session total", mem.session());
   row("weights mapped (file)", mem.weights_mapped);
   row("weights repacked (heap)", mem.weights_heap);
+  row("embedding rows (mapped)", mem.embed_rows);
+  row("tokenizer, vocabulary", mem.model_host);
   row("peak total", mem.total());
   return s;
 }

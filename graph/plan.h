@@ -40,11 +40,14 @@ struct MemoryPlan {
   uint64_t round_tmp = 0;      // one K/V row in the cache type
   uint64_t kv = 0;             // the cache once every position is written
   uint64_t logits = 0;         // the session's last-token logits
+  // What the model brings (graph/ does not know models; the caller says):
   uint64_t weights_mapped = 0; // weight bytes the kernels read from the file mapping
   uint64_t weights_heap = 0;   // repacked weight copies
+  uint64_t embed_rows = 0;     // embedding rows a full context can touch (mapped pages)
+  uint64_t model_host = 0;     // tokenizer, vocabulary and other host structures
   // What a session adds to a loaded model (everything but the weights).
   uint64_t session() const;
-  // Session plus weights: the peak once the context is full.
+  // Session plus the model: the peak once the context is full.
   uint64_t total() const;
 };
 
@@ -62,8 +65,11 @@ struct Plan {
   std::string describe(const Graph& g) const;
 };
 
+struct ModelMemory {
+  uint64_t weights_mapped = 0, weights_heap = 0, embed_rows = 0, host = 0;
+};
+
 // Throws lilims::Error for options the graph cannot run with.
-Plan make_plan(const Graph& g, const PlanOptions& opt, uint64_t weights_mapped,
-               uint64_t weights_heap);
+Plan make_plan(const Graph& g, const PlanOptions& opt, const ModelMemory& model = {});
 
 }  // namespace lilims::graph

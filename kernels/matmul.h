@@ -35,8 +35,16 @@ struct PackedWeight {  // a weight matrix ready for the kernels
 // repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref)
 // a row-major GGUF matrix.  `data` must outlive the result when not repacked.
 // cols must be a multiple of 32 for the block types.  Throws lilims::Error.
+//
+// When repacking, source_done (if set) is told about each slice of the source
+// bytes once it is copied, so a loader can let the file's pages go as it
+// goes instead of holding the source and the copy whole at once.
+struct SourceDone {
+  void (*fn)(void* user, const void* bytes, size_t n) = nullptr;
+  void* user = nullptr;
+};
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack);
+                         bool allow_repack, SourceDone source_done = {});
 
 // --- kernels -------------------------------------------------------------
 

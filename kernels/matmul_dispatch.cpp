@@ -1,5 +1,6 @@
 // Matmul kernel tables (from matmul_kernels.inc), selection per ISA, and
 // pack_weight.
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -109,7 +110,7 @@ const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
 }
 
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack) {
+                         bool allow_repack, SourceDone source_done) {
   const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
   if (!t || type == quant::Type::Q8_1) {
     throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[matmul] unsupported weight type ") +
@@ -128,7 +129,16 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
   w.layout = kLayoutGguf;
   if (allow_repack && quant::repackable_x4(type) && active_isa() != Isa::ref) {
     w.storage.resize(quant::repacked_bytes_x4(type, rows, cols));
-    quant::repack_x4(type, data, rows, cols, w.storage.data());
+    // Slices of whole 4-row groups: each lands at its groups' offset.
+    constexpr int64_t kSlice = 1024;
+    const size_t src_row = quant::row_bytes(type, cols);
+    const size_t dst_group = quant::repacked_bytes_x4(type, 4, cols);
+    for (int64_t r0 = 0; r0 < rows; r0 += kSlice) {
+      const int64_t n = std::min(kSlice, rows - r0);
+      const uint8_t* src = static_cast<const uint8_t*>(data) + (size_t)r0 * src_row;
+      quant::repack_x4(type, src, n, cols, w.storage.data() + (size_t)(r0 / 4) * dst_group);
+      if (source_done.fn) source_done.fn(source_done.user, src, (size_t)n * src_row);
+    }
     w.data = w.storage.data();
     w.layout = kLayoutX4;
   }

@@ -915,4 +915,11 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
   return out;
 }
 
+void File::drop_pages(const void* p, size_t n) const {
+  if (!mapping_ || n == 0) return;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t b = ((uintptr_t)p + page - 1) / page * page, e = ((uintptr_t)p + n) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 }  // namespace lilims::gguf

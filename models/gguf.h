@@ -144,6 +144,12 @@ class File {
   // Throws LILIMS_ERR_UNSUPPORTED naming the first tensor of an unreadable type.
   void require_readable_types() const;
 
+  // Bytes [p, p + n) of the mapping will not be read soon (their data was
+  // copied elsewhere, e.g. repacked): the whole pages among them leave the
+  // process's resident memory (read again from the file if touched).  No-op
+  // when the file is not mapped.
+  void drop_pages(const void* p, size_t n) const;
+
  private:
   File() = default;
   void parse();

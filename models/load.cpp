@@ -75,7 +75,13 @@ class Reader {
     w.rows = rows;
     w.cols = cols;
     w.data = t.data;
-    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack && repack_);
+    // A repacked weight is read from its copy: its file pages need not stay
+    // resident beside it, and go slice by slice, so the load never holds both.
+    kernels::SourceDone drop{[](void* file, const void* p, size_t n) {
+                               static_cast<const gguf::File*>(file)->drop_pages(p, n);
+                             },
+                             const_cast<gguf::File*>(&f_)};
+    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack && repack_, drop);
     if (!taken_.count(name)) n_params_ += t.n_elements;
     taken_.insert(name);
     return w;

@@ -76,11 +76,25 @@ std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& 
   return m;
 }
 
+graph::ModelMemory Model::memory(int32_t n_ctx) const {
+  graph::ModelMemory mm;
+  mm.weights_mapped = model_->mapped_weight_bytes();
+  mm.weights_heap = model_->repacked_bytes;
+  // Each token's embedding row is read from the mapping: at most one page
+  // per row (two when a row straddles pages), for every position.
+  const models::Weight& e = model_->tok_embd;
+  const uint64_t row = quant::row_bytes(e.type, e.cols), page = 4096;
+  const uint64_t per_row = (row + page - 1) / page * page + (row % page ? page : 0);
+  mm.embed_rows = std::min<uint64_t>(row * (uint64_t)e.rows, per_row * (uint64_t)n_ctx);
+  mm.host = tokenizer_->memory_bytes();
+  for (const std::string& p : pieces_) mm.host += sizeof(std::string) + (p.capacity() > 15 ? p.capacity() + 1 : 0);
+  return mm;
+}
+
 PlannedSession plan_session(const Model& model, const SessionOptions& opt) {
   const graph::PlanOptions po = plan_options(model, opt);
   graph::Graph g = session_graph(model, opt, po.n_ctx);
-  graph::Plan p = graph::make_plan(g, po, model.weights().mapped_weight_bytes(),
-                                   model.weights().repacked_bytes);
+  graph::Plan p = graph::make_plan(g, po, model.memory(po.n_ctx));
   return PlannedSession{std::move(g), std::move(p)};
 }
 
@@ -102,8 +116,7 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
   pool_ = std::make_unique<graph::ThreadPool>(resolve_threads(opt));
   try {
     exec_ = std::make_unique<graph::Executor>(session_graph(model, opt, po.n_ctx), po, *pool_,
-                                              model.weights().mapped_weight_bytes(),
-                                              model.weights().repacked_bytes, opt.commit_hook);
+                                              model.memory(po.n_ctx), opt.commit_hook);
   } catch (const std::bad_alloc&) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory for a KV cache of " +
                                               std::to_string(po.n_ctx) + " tokens");

@@ -38,6 +38,8 @@ class Model {
   const std::string& name() const { return name_; }
   // Every token's decoded bytes (constrained decoding tests them).
   const std::vector<std::string>& pieces() const { return pieces_; }
+  // What the model takes beyond the session, for a context of n_ctx.
+  graph::ModelMemory memory(int32_t n_ctx) const;
   // The single-byte tokens JSON output can always close with.
   const JsonClosers& json_closers() const { return *json_closers_; }
 

@@ -395,4 +395,20 @@ std::string StreamDecoder::drain(bool final) {
   return out;
 }
 
+static size_t string_heap_bytes(const std::string& s) {
+  return sizeof(std::string) + (s.capacity() > 15 ? s.capacity() + 1 : 0);
+}
+
+size_t Tokenizer::memory_bytes() const {
+  size_t n = sizeof(*this);
+  for (const std::string& t : tokens_) n += string_heap_bytes(t);
+  n += scores_.capacity() * sizeof(float) + types_.capacity() + strip_.capacity() + eog_.capacity();
+  n += index_.memory_bytes() + merge_index_.memory_bytes();
+  // a node per merge (key, value, next pointer, cached hash) and the buckets
+  n += merges_.size() * (sizeof(uint64_t) + sizeof(MergeInfo) + 2 * sizeof(void*)) +
+       merges_.bucket_count() * sizeof(void*);
+  for (const TrieNode& t : trie_) n += sizeof(TrieNode) + t.children.capacity() * sizeof(t.children[0]);
+  return n + chat_template_.capacity();
+}
+
 }  // namespace lilims::tok

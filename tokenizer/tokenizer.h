@@ -66,6 +66,7 @@ class TokenIndex {
  public:
   void build(const std::vector<std::string>& tokens, const std::vector<uint8_t>& include);
   int32_t find(std::string_view s) const;
+  size_t memory_bytes() const { return slots_.capacity() * sizeof(int32_t); }
 
  private:
   std::vector<int32_t> slots_;  // token id or -1
@@ -85,6 +86,9 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> from_hf_json(const std::string& json_text);
 
   ~Tokenizer();
+  // Heap bytes the vocabulary, merges and tables take (an estimate: the
+  // allocator's own overhead per block is not seen).
+  size_t memory_bytes() const;
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 

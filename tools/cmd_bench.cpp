@@ -32,7 +32,8 @@ using Clock = std::chrono::steady_clock;
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: lilims bench [-m MODEL.gguf] [-p 128,512] [-n 64,128] [-t 1,2] [-r N]\n"
-               "                    [--seed S] [--json]\n"
+               "                    [--seed S] [--json] [--kv-commit LIST] [--chunk-layers K]\n"
+               "                    [--kv-type f16|q8_0|f32]\n"
                "  -p LIST   prompt lengths (tokens) to prefill, 1..65536 (default 512)\n"
                "  -n LIST   tokens to decode after the prompt, 1..65536 (default 128)\n"
                "  -t LIST   thread counts, 1..256 (default: the hardware threads)\n"
@@ -40,6 +41,10 @@ void usage(FILE* out) {
                "            run comes first and is not counted\n"
                "  --seed S  seed of the random prompt and decode token ids (default 1234)\n"
                "  --json    one JSON object per configuration and line instead of a table\n"
+               "  --kv-commit LIST  how new K/V rows reach the cache: sync, async, or skip\n"
+               "            (never committed: the timing without the commit, wrong results;\n"
+               "            benchmarks only); default: the runtime's default\n"
+               "  --chunk-layers K  transformer blocks per execution chunk (default 3)\n"
                "Every combination of -p, -n and -t is one configuration.  Figures: prefill\n"
                "tokens/s (pp), decode tokens/s after the prompt (tg), time to first token\n"
                "(prefill + choosing the first token), model load time (once per process) and\n"
@@ -55,6 +60,7 @@ struct Options {
   int32_t runs = 5;
   uint64_t seed = 1234;
   bool json = false;
+  std::vector<graph::KvCommit> commits = {runtime::SessionOptions().kv_commit};
 };
 
 // "128,512" -> {128, 512}, each in [lo, hi].
@@ -94,6 +100,23 @@ Options parse_options(int argc, char** argv) {
       o.seed = cli::parse_u64("--seed", next().c_str());
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--kv-commit") {
+      o.commits.clear();
+      const std::string list = next();
+      size_t start = 0;
+      while (true) {
+        const size_t comma = list.find(',', start);
+        const std::string item = list.substr(start, comma == std::string::npos ? comma : comma - start);
+        if (item == "sync") o.commits.push_back(graph::KvCommit::sync);
+        else if (item == "async") o.commits.push_back(graph::KvCommit::async);
+        else if (item == "skip") o.commits.push_back(graph::KvCommit::skip);
+        else throw std::invalid_argument("--kv-commit expects a list of sync, async, skip");
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (a == "--chunk-layers" || a == "--kv-type") {
+      const std::string v = next();
+      o.common.parse(a, [&]() { return v.c_str(); });
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see `lilims bench --help`)");
     }
@@ -146,6 +169,7 @@ uint64_t decode_weight_bytes(const models::Model& m) {
 
 struct Config {
   int32_t threads, n_prompt, n_gen;
+  graph::KvCommit commit;
 };
 
 struct RunTimes {
@@ -211,13 +235,14 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       "\"tg_tps\": %.3f, \"tg_tps_min\": %.3f, \"tg_tps_max\": %.3f, "
       "\"ttft_ms\": %.3f, \"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, "
       "\"load_ms\": %.3f, \"peak_rss_mb\": %.1f, \"n_params\": %llu, "
-      "\"decode_weight_bytes\": %llu}\n",
+      "\"decode_weight_bytes\": %llu, \"kv_commit\": \"%s\", \"chunk_layers\": %d}\n",
       json_escape(model_path).c_str(), json_escape(model.name()).c_str(),
       kernels::isa_name(kernels::active_isa()), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
       r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
       r.tg.median, r.tg.min, r.tg.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, load_ms,
       r.peak_rss_mb, (unsigned long long)model.weights().n_params,
-      (unsigned long long)decode_weight_bytes(model.weights()));
+      (unsigned long long)decode_weight_bytes(model.weights()), graph::kv_commit_name(r.cfg.commit),
+      o.common.chunk_layers);
   std::fflush(stdout);
 }
 
@@ -230,17 +255,18 @@ void print_table_header(const std::string& model_path, const runtime::Model& mod
   std::printf("isa %s, load %.1f ms, %d runs per row after a warm-up, median [min-max]\n\n",
               kernels::isa_name(kernels::active_isa()), load_ms, o.runs);
   std::printf("| threads | n_prompt | n_gen | prefill t/s median [min-max] | decode t/s median [min-max]  |"
-              " ttft ms  | peak RSS MB |\n");
+              " ttft ms  | peak RSS MB | commit |\n");
   std::printf("|--------:|---------:|------:|------------------------------|------------------------------|"
-              "---------:|------------:|\n");
+              "---------:|------------:|:-------|\n");
 }
 
 void print_table_row(const Row& r) {
   char pp[64], tg[64];
   std::snprintf(pp, sizeof pp, "%.1f [%.1f-%.1f]", r.pp.median, r.pp.min, r.pp.max);
   std::snprintf(tg, sizeof tg, "%.1f [%.1f-%.1f]", r.tg.median, r.tg.min, r.tg.max);
-  std::printf("| %7d | %8d | %5d | %-28s | %-28s | %8.1f | %11.1f |\n", r.cfg.threads,
-              r.cfg.n_prompt, r.cfg.n_gen, pp, tg, r.ttft_ms.median, r.peak_rss_mb);
+  std::printf("| %7d | %8d | %5d | %-28s | %-28s | %8.1f | %11.1f | %-6s |\n", r.cfg.threads,
+              r.cfg.n_prompt, r.cfg.n_gen, pp, tg, r.ttft_ms.median, r.peak_rss_mb,
+              graph::kv_commit_name(r.cfg.commit));
   std::fflush(stdout);
 }
 
@@ -252,7 +278,8 @@ Row bench_config(const runtime::Model& model, const Config& cfg, const Options& 
   for (auto& t : prompt) t = pick(rng);
   for (auto& t : gen_ids) t = pick(rng);
 
-  runtime::SessionOptions so;
+  runtime::SessionOptions so = o.common.session_options();
+  so.kv_commit = cfg.commit;
   so.n_threads = cfg.threads;
   so.n_ctx = cfg.n_prompt + cfg.n_gen;
   runtime::Session session(model, so);
@@ -306,11 +333,13 @@ int bench_main(int argc, char** argv) {
     for (int32_t t : o.threads) {
       for (int32_t p : o.n_prompt) {
         for (int32_t n : o.n_gen) {
-          const Row row = bench_config(*model, {t, p, n}, o);
-          if (o.json) {
-            print_json(row, o, path, *model, load_ms);
-          } else {
-            print_table_row(row);
+          for (graph::KvCommit c : o.commits) {
+            const Row row = bench_config(*model, {t, p, n, c}, o);
+            if (o.json) {
+              print_json(row, o, path, *model, load_ms);
+            } else {
+              print_table_row(row);
+            }
           }
         }
       }

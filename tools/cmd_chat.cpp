@@ -24,6 +24,7 @@ void usage() {
                "  -n N (max tokens per answer, default 512), --template NAME, --temp T,\n"
                "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S,\n"
                "  -t THREADS, -c CTX, --ctx-beyond-train, --exec fast|ref|oracle\n"
+               "  --kv-type f16|q8_0|f32, --chunk-layers K, --kv-commit sync|async\n"
                "  --parse-special-in-prompt  special-token text in messages becomes special tokens\n"
                "                             (by default it is plain text: only the template's\n"
                "                             markers are special)\n");

@@ -9,6 +9,7 @@
 #include "models/gguf.h"
 #include "quant/quant.h"
 #include "tools/cli.h"
+#include "tools/common.h"
 
 namespace {
 
@@ -17,8 +18,23 @@ using lilims::gguf::ValueType;
 
 const char kUsage[] =
     "usage: lilims inspect MODEL.gguf [--all]   version, metadata, tensor table\n"
+    "       lilims inspect MODEL.gguf --plan [-c N] [-t N] [--chunk-layers K] [--kv-type T]\n"
+    "                      [--exec MODE] [--kv-commit MODE] [--ctx-beyond-train]\n"
+    "                                          the execution plan of a session: chunks and\n"
+    "                                          their ops, buffers, memory (arena, KV cache,\n"
+    "                                          weights resident, peak)\n"
     "       lilims inspect --cpu                CPU features and the kernel path in use\n"
     "  --all   print every array item instead of the first few\n";
+
+int inspect_plan(const lilims::tools::CommonArgs& common) {
+  const auto model = lilims::tools::open_model(common);
+  const lilims::runtime::PlannedSession ps =
+      lilims::runtime::plan_session(*model, common.session_options());
+  std::printf("model: %s (%s, %d layers)\n", common.model_path.c_str(),
+              lilims::models::arch_name(model->hparams().arch), model->hparams().n_layer);
+  std::fputs(ps.plan.describe(ps.graph).c_str(), stdout);
+  return 0;
+}
 
 // Strings are printed quoted, with control and non-printable bytes escaped.
 std::string quoted(const std::string& s, size_t max_len) {
@@ -148,9 +164,26 @@ int inspect_file(const std::string& path, bool all) {
 
 int cmd_inspect(int argc, char** argv) {
   std::string path;
-  bool cpu = false, all = false;
+  bool cpu = false, all = false, plan = false;
+  lilims::tools::CommonArgs common;
   for (int k = 1; k < argc; ++k) {
     const char* a = argv[k];
+    bool taken = false;
+    if (a[0] == '-' && std::strcmp(a, "-m") != 0 && std::strcmp(a, "--model") != 0) {
+      try {
+        taken = common.parse(a, [&]() -> const char* {
+          if (k + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
+          return argv[++k];
+        });
+      } catch (const std::exception& e) {
+        lilims::cli::fail("inspect", e.what());
+        return 2;  // a usage error
+      }
+    }
+    if (taken) {
+      plan = plan || std::strcmp(a, "--no-mmap") != 0;
+      continue;
+    }
     if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -158,6 +191,8 @@ int cmd_inspect(int argc, char** argv) {
       cpu = true;
     } else if (!std::strcmp(a, "--all")) {
       all = true;
+    } else if (!std::strcmp(a, "--plan")) {
+      plan = true;
     } else if (a[0] == '-' && a[1]) {
       return lilims::cli::fail("inspect", std::string("unknown option ") + a + " (try --help)");
     } else if (path.empty()) {
@@ -169,6 +204,10 @@ int cmd_inspect(int argc, char** argv) {
   if (cpu) return path.empty() ? inspect_cpu() : lilims::cli::fail("inspect", "--cpu takes no file");
   if (path.empty()) return lilims::cli::fail("inspect", "expects MODEL.gguf or --cpu (try --help)");
   try {
+    if (plan) {
+      common.model_path = path;
+      return inspect_plan(common);
+    }
     return inspect_file(path, all);
   } catch (const std::exception& e) {
     return lilims::cli::fail("inspect", e.what());

@@ -21,7 +21,8 @@ using namespace lilims;
 void usage() {
   std::fprintf(stderr,
                "usage: lilims perplexity [-m MODEL.gguf] -f TEXT [-c CTX] [-t THREADS]\n"
-               "       [--chunks N] [--exec fast|ref|oracle]\n");
+               "       [--chunks N] [--exec fast|ref|oracle] [--kv-type f16|q8_0|f32]\n"
+               "       [--chunk-layers K] [--kv-commit sync|async]\n");
 }
 
 int perplexity_main(int argc, char** argv) {

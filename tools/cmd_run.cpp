@@ -37,6 +37,9 @@ void usage() {
                "  -c, --ctx N            context length (default: the model's, up to 4096)\n"
                "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
                "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"
+               "  --kv-type T            KV cache type: f16 (default), q8_0, f32\n"
+               "  --chunk-layers K       transformer blocks per execution chunk (default 3)\n"
+               "  --kv-commit MODE       new K/V rows reach the cache sync or async (default sync)\n"
                "  -q, --quiet            no statistics on stderr\n");
 }
 

@@ -39,6 +39,13 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
     else if (t == "q8_0") kv_type = quant::Type::Q8_0;
     else if (t == "f32") kv_type = quant::Type::F32;
     else throw std::invalid_argument("--kv-type expects f16, q8_0 or f32");
+  } else if (a == "--chunk-layers") {
+    chunk_layers = (int)cli::parse_int("--chunk-layers", next(), 1, 4096);
+  } else if (a == "--kv-commit") {
+    const std::string c = next();
+    if (c == "sync") kv_commit = graph::KvCommit::sync;
+    else if (c == "async") kv_commit = graph::KvCommit::async;
+    else throw std::invalid_argument("--kv-commit expects sync or async");
   } else if (a == "--no-mmap") {
     use_mmap = false;
   } else {
@@ -54,6 +61,8 @@ runtime::SessionOptions CommonArgs::session_options() const {
   o.mode = mode;
   o.kv_type = kv_type;
   o.allow_ctx_beyond_train = ctx_beyond_train;
+  o.chunk_layers = chunk_layers;
+  o.kv_commit = kv_commit;
   return o;
 }
 

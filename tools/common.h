@@ -25,8 +25,11 @@ struct CommonArgs {
   bool use_mmap = true;
   quant::Type kv_type = quant::Type::F16;
   bool ctx_beyond_train = false;
+  int chunk_layers = runtime::SessionOptions().chunk_layers;
+  graph::KvCommit kv_commit = runtime::SessionOptions().kv_commit;
 
-  // Consumes -m/-t/-c/--ctx-beyond-train/--exec/--kv-type/--no-mmap; `next`
+  // Consumes -m/-t/-c/--ctx-beyond-train/--exec/--kv-type/--chunk-layers/
+  // --kv-commit/--no-mmap; `next`
   // returns the option's value.
   bool parse(const std::string& arg, const std::function<const char*()>& next);
   runtime::SessionOptions session_options() const;

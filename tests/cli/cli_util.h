@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@ struct Result {
   int exit_code = -1;    // the exit status when the process exited
   int term_signal = 0;   // nonzero when a signal killed it (a crash)
   bool timed_out = false;
+  long max_rss_kb = 0;   // the process's peak resident memory
   std::string out, err;  // stdout and stderr, separately
 
   bool exited() const { return term_signal == 0 && !timed_out; }
@@ -145,8 +147,10 @@ inline Result run(const std::vector<std::string>& args, const std::string& input
     if (fd >= 0) close(fd);
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  struct rusage ru {};
+  while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
   }
+  r.max_rss_kb = ru.ru_maxrss;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status) && !r.timed_out) r.term_signal = WTERMSIG(status);
   return r;
