@@ -19,6 +19,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: consumer MODEL.gguf PROMPT N_TOKENS\n");
     return 2;
   }
+  if (lilims_abi_version() != LILIMS_ABI_VERSION) {
+    fprintf(stderr, "consumer: lilims.h and the library linked in differ\n");
+    return 1;
+  }
   lilims_model *model = NULL;
   lilims_session *session = NULL;
   lilims_session_params sp = lilims_session_default_params();

@@ -9,6 +9,9 @@ guard args.count == 4, let nTokens = Int32(args[3]) else {
 func fail() -> Never {
   fatalError("consumer: " + String(cString: lilims_last_error()))
 }
+guard lilims_abi_version() == LILIMS_ABI_VERSION else {
+  fatalError("consumer: lilims.h and the library linked in differ")
+}
 var model: OpaquePointer?
 var session: OpaquePointer?
 var sp = lilims_session_default_params()
