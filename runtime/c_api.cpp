@@ -366,7 +366,7 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
     s->model = model->impl;
     s->impl = std::make_unique<Session>(*s->model, opt);
     const int32_t n_train = s->model->hparams().n_ctx_train;
-    if (opt.n_ctx == 0 && s->impl->n_ctx() < n_train) {
+    if (opt.n_ctx == 0 && s->impl->n_ctx() < n_train && lilims::log_enabled(LILIMS_LOG_WARN)) {
       lilims::log(LILIMS_LOG_WARN, "[session_create] n_ctx 0: the context is capped at " +
                                        std::to_string(s->impl->n_ctx()) + " of the model's " +
                                        std::to_string(n_train) +
