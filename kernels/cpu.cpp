@@ -9,9 +9,23 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 namespace lilims::kernels {
 namespace {
+
+#if defined(__aarch64__) && defined(__APPLE__)
+// A12 and earlier lack dotprod, and i8mm arrived with M2/A15.  The
+// hw.optional.arm.FEAT_* keys exist from macOS 12 / iOS 15: on an older
+// system the feature reads as absent and the plain NEON kernels run.
+bool apple_has(const char* key) {
+  int value = 0;
+  size_t size = sizeof value;
+  return sysctlbyname(key, &value, &size, nullptr, 0) == 0 && value != 0;
+}
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -38,7 +52,8 @@ CpuFeatures detect() {
   f.dotprod = hw & (1ul << 20);  // HWCAP_ASIMDDP
   f.i8mm = hw2 & (1ul << 13);    // HWCAP2_I8MM
 #elif defined(__APPLE__)
-  f.dotprod = true;  // every Apple arm64 core since A13 has it
+  f.dotprod = apple_has("hw.optional.arm.FEAT_DotProd");
+  f.i8mm = apple_has("hw.optional.arm.FEAT_I8MM");
 #endif
 #endif
   return f;

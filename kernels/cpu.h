@@ -1,6 +1,7 @@
 // CPU features and the kernel path ("ISA") chosen once at start-up.
 // x86: cpuid (AVX2+FMA+F16C). aarch64: NEON is baseline, dotprod and i8mm
-// come from the auxiliary vector (hwcaps).  LILIMS_ISA=ref|avx2|neon forces
+// come from the auxiliary vector (hwcaps) on Linux and Android, from sysctl
+// (hw.optional.arm.FEAT_*) on Apple systems.  LILIMS_ISA=ref|avx2|neon forces
 // a path (an unavailable one falls back to ref).
 #pragma once
 

@@ -1,11 +1,14 @@
 // The C API: wraps runtime::Model / runtime::Session, turns every exception
 // into a status plus a message (lilims_last_error), never lets one cross.
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "kernels/cpu.h"
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
@@ -115,6 +118,19 @@ const char* lilims_version_string(void) {
   return v.c_str();
 }
 
+void lilims_version(int* major, int* minor, int* patch) {
+  if (major) *major = LILIMS_VERSION_MAJOR;
+  if (minor) *minor = LILIMS_VERSION_MINOR;
+  if (patch) *patch = LILIMS_VERSION_PATCH;
+}
+
+int lilims_abi_version(void) { return LILIMS_ABI_VERSION; }
+
+void lilims_set_log_callback(lilims_log_callback callback, void* user_data,
+                             lilims_log_level min_level) {
+  lilims::set_log_callback(callback, user_data, min_level);
+}
+
 lilims_model_params lilims_model_default_params(void) {
   lilims_model_params p;
   std::memset(&p, 0, sizeof p);
@@ -136,9 +152,21 @@ lilims_status lilims_model_open(const char* path, const lilims_model_params* par
       }
       opt.use_mmap = params->use_mmap != 0;
     }
+    const auto t0 = std::chrono::steady_clock::now();
     auto m = std::make_unique<lilims_model>();
     m->impl = std::shared_ptr<const Model>(Model::open(path, opt));
     m->file_bytes = m->impl->weights().file->file_size();
+    if (lilims::log_enabled(LILIMS_LOG_INFO)) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    ": %.1f MiB, %llu parameters, loaded in %.1f ms (%s), lilims %s",
+                    m->file_bytes / (1024.0 * 1024.0),
+                    (unsigned long long)m->impl->weights().n_params, ms,
+                    opt.use_mmap ? "mapped" : "read", lilims_version_string());
+      lilims::log(LILIMS_LOG_INFO, std::string("[model_open] ") + path + line);
+    }
     *out_model = m.release();
     return LILIMS_OK;
   });
@@ -337,6 +365,17 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
     auto s = std::make_unique<lilims_session>();
     s->model = model->impl;
     s->impl = std::make_unique<Session>(*s->model, opt);
+    const int32_t n_train = s->model->hparams().n_ctx_train;
+    if (opt.n_ctx == 0 && s->impl->n_ctx() < n_train && lilims::log_enabled(LILIMS_LOG_WARN)) {
+      lilims::log(LILIMS_LOG_WARN, "[session_create] n_ctx 0: the context is capped at " +
+                                       std::to_string(s->impl->n_ctx()) + " of the model's " +
+                                       std::to_string(n_train) +
+                                       " trained tokens; set n_ctx to use more");
+    }
+    if (lilims::log_enabled(LILIMS_LOG_INFO)) {
+      lilims::log(LILIMS_LOG_INFO, "[session_create] n_ctx " + std::to_string(s->impl->n_ctx()) +
+                                       ", " + std::to_string(s->impl->n_threads()) + " threads");
+    }
     *out_session = s.release();
     return LILIMS_OK;
   });

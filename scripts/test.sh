@@ -17,6 +17,16 @@ echo "== release build and tests"
 scripts/build.sh build -DLILIMS_WERROR=ON -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_BENCH=ON -DLILIMS_BUILD_TOOLS=ON
 ctest --test-dir build -j"$jobs" --output-on-failure --no-tests=error --timeout 1200
 
+echo "== install: programs built against the installed tree (CMake, pkg-config, Swift)"
+scripts/test_install.sh build
+
+if command -v swift >/dev/null; then
+  echo "== Swift package (bindings/swift) against the release build's liblilims.a"
+  swift test --package-path bindings/swift -Xlinker -L"$PWD/build"
+else
+  echo "== Swift package: skipped, no swift on PATH"
+fi
+
 if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
   echo "== ASan + UBSan build and tests"
   scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLILIMS_SANITIZE=address,undefined \

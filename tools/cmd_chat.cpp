@@ -18,13 +18,14 @@ namespace {
 using namespace lilims;
 
 void usage() {
-  std::fprintf(stderr,
+  std::fprintf(stdout,
                "usage: lilims chat [-m MODEL.gguf] [--system TEXT] [options]\n"
                "  reads one user message per line from stdin; an empty line or EOF ends.\n"
                "  -n N (max tokens per answer, default 512), --template NAME, --temp T,\n"
-               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S,\n"
-               "  -t THREADS, -c CTX, --ctx-beyond-train, --exec fast|ref|oracle\n"
-               "  --kv-type f16|q8_0|f32, --chunk-layers K, --kv-commit sync|async\n"
+               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, -s/--seed S,\n"
+               "  -t THREADS, -c/--ctx-size CTX, --ctx-beyond-train, --kv-type f16|q8_0|f32,\n"
+               "  --exec fast|ref|oracle, --no-mmap,\n"
+               "  --chunk-layers K, --kv-commit sync|async\n"
                "  --parse-special-in-prompt  special-token text in messages becomes special tokens\n"
                "                             (by default it is plain text: only the template's\n"
                "                             markers are special)\n");

@@ -18,10 +18,10 @@ namespace {
 
 using namespace lilims;
 
-void usage() {
-  std::fprintf(stderr,
+void usage(FILE* out) {
+  std::fprintf(out,
                "usage: lilims perplexity [-m MODEL.gguf] -f TEXT [-c CTX] [-t THREADS]\n"
-               "       [--chunks N] [--exec fast|ref|oracle] [--kv-type f16|q8_0|f32]\n"
+               "       [--chunks N] [--exec fast|ref|oracle] [--kv-type f16|q8_0|f32] [--no-mmap]\n"
                "       [--chunk-layers K] [--kv-commit sync|async]\n");
 }
 
@@ -43,7 +43,7 @@ int perplexity_main(int argc, char** argv) {
       } else if (a == "--chunks") {
         max_chunks = cli::parse_int("--chunks", next(), -1, INT32_MAX);
       } else if (a == "-h" || a == "--help") {
-        usage();
+        usage(stdout);
         return 0;
       } else {
         throw std::invalid_argument("unknown option '" + a + "'");
@@ -52,7 +52,7 @@ int perplexity_main(int argc, char** argv) {
     if (text_path.empty()) throw std::invalid_argument("a text file is needed (-f FILE)");
   } catch (const std::invalid_argument& e) {
     cli::fail("perplexity", e.what());
-    usage();
+    usage(stderr);
     return 2;
   }
   try {

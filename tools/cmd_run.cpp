@@ -17,8 +17,9 @@ namespace {
 
 using namespace lilims;
 
+// On stdout for --help (exit 0); a usage error names the flag on stderr instead.
 void usage() {
-  std::fprintf(stderr,
+  std::fprintf(stdout,
                "usage: lilims run [-m MODEL.gguf] -p PROMPT [options]\n"
                "  -m, --model PATH       GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
                "  -p, --prompt TEXT      the prompt (a user turn in the model's chat template)\n"
@@ -32,14 +33,21 @@ void usage() {
                "  --json                 the output is one strictly valid JSON object\n"
                "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
                "  --temp T               temperature (default 0: greedy)\n"
-               "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S\n"
-               "  -t, --threads N        threads (default: all cores)\n"
-               "  -c, --ctx N            context length (default: the model's, up to 4096)\n"
+               "  --top-k K              keep the K most likely tokens (default 40; 0: off)\n"
+               "  --top-p P              nucleus sampling (default 0.95; 1: off)\n"
+               "  --min-p P              drop tokens below P times the top one (default 0.05; 0: off)\n"
+               "  --repeat-penalty R     penalise recent tokens (default 1: off)\n"
+               "  --repeat-last-n N      how many recent tokens the penalty sees (default 64; -1: all)\n"
+               "  -s, --seed S           sampling seed, 0 to 2^64-1 (default 0)\n"
+               "  -t, --threads N        threads, 1 to 256 (default: all cores)\n"
+               "  -c, --ctx-size N       context length, 1 to 2^20 (default: the model's, up to\n"
+               "                         4096; refused when its KV cache would not fit in memory)\n"
                "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
+               "  --kv-type TYPE         KV cache type: f16 (default), q8_0, f32\n"
                "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"
-               "  --kv-type T            KV cache type: f16 (default), q8_0, f32\n"
                "  --chunk-layers K       transformer blocks per execution chunk (default 3)\n"
                "  --kv-commit MODE       new K/V rows reach the cache sync or async (default sync)\n"
+               "  --no-mmap              read the model into memory instead of mapping it\n"
                "  -q, --quiet            no statistics on stderr\n");
 }
 

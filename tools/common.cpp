@@ -23,7 +23,7 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
     model_path = model_arg(a, next());
   } else if (a == "-t" || a == "--threads") {
     n_threads = (int32_t)cli::parse_int("-t", next(), 1, 256);
-  } else if (a == "-c" || a == "--ctx") {
+  } else if (a == "-c" || a == "--ctx" || a == "--ctx-size") {
     n_ctx = (int32_t)cli::parse_int("-c", next(), 1, kMaxCtx);
   } else if (a == "--ctx-beyond-train") {
     ctx_beyond_train = true;
@@ -99,7 +99,7 @@ bool parse_sampling(const std::string& a, const std::function<const char*()>& ne
     p.min_p = (float)cli::parse_float("--min-p", next());
   } else if (a == "--repeat-penalty") {
     p.repeat_penalty = (float)cli::parse_float("--repeat-penalty", next());
-  } else if (a == "--seed") {
+  } else if (a == "-s" || a == "--seed") {
     p.seed = cli::parse_u64("--seed", next());
   } else if (a == "--repeat-last-n") {
     p.repeat_last_n = (int32_t)cli::parse_int("--repeat-last-n", next(), -1, INT32_MAX);

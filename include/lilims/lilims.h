@@ -29,6 +29,12 @@ extern "C" {
 #define LILIMS_VERSION_MAJOR 0
 #define LILIMS_VERSION_MINOR 1
 #define LILIMS_VERSION_PATCH 0
+/* Raised when a change to this header breaks programs built against an
+ * earlier one (a struct's layout, a function's signature or meaning).  New
+ * functions and fields added at the end of a struct with struct_size keep
+ * it.  An app built with this header checks
+ * lilims_abi_version() == LILIMS_ABI_VERSION at start-up. */
+#define LILIMS_ABI_VERSION 1
 
 typedef enum lilims_status {
   LILIMS_OK = 0,
@@ -54,6 +60,30 @@ const char *lilims_last_error(void);
 const char *lilims_status_name(lilims_status status);
 /* "0.1.0 (isa: avx2)": the library version and the kernel path in use. */
 const char *lilims_version_string(void);
+/* The version of the library linked in (each pointer may be NULL). */
+void lilims_version(int *major, int *minor, int *patch);
+/* LILIMS_ABI_VERSION as the library linked in was built with it. */
+int lilims_abi_version(void);
+
+/* ---- logging --------------------------------------------------------- */
+
+typedef enum lilims_log_level {
+  LILIMS_LOG_DEBUG = 0,
+  LILIMS_LOG_INFO = 1,  /* a model loaded (and in how long), a session's settings */
+  LILIMS_LOG_WARN = 2,  /* a setting not honoured as asked (a context capped) */
+  LILIMS_LOG_ERROR = 3
+} lilims_log_level;
+
+/* message: one line, no newline, starting with the area ("[model_open] ...");
+ * valid during the call.  Called on the thread that made the report. */
+typedef void (*lilims_log_callback)(void *user_data, lilims_log_level level, const char *message);
+
+/* Sends the library's reports at min_level and above to callback, for the
+ * whole process; NULL (the default) drops them: the library never prints.
+ * Set it once before other calls; setting it again is safe from any thread,
+ * though a report under way may still reach the previous callback. */
+void lilims_set_log_callback(lilims_log_callback callback, void *user_data,
+                             lilims_log_level min_level);
 
 /* ---- models ---------------------------------------------------------- */
 
