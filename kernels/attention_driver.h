@@ -236,7 +236,9 @@ struct Driver {
       prefetch_ahead(a, kb, row.lo, row.hi, g, d);
       const Span ks = span(a, a.k, a.k_new, kb, nk, g, d);
       if (direct) {
-        if constexpr (K::has_direct) K::template decode_scores_direct<D, NH>(ks, qt, nk, d, a.scale, s);
+        if constexpr (K::has_direct) {
+          K::template decode_scores_direct<D, NH>(ks, qt, nk, d, a.scale, s);
+        }
       } else {
         load(a, ks, d, kv);
         const int nkt = (nk + K::decode_key_tile - 1) / K::decode_key_tile * K::decode_key_tile;
@@ -246,7 +248,9 @@ struct Driver {
       K::template decode_softmax<NH>(m, l, s, nk, corr);  // corr is 0 on the first block
       const Span vs = span(a, a.v, a.v_new, kb, nk, g, d);
       if (direct) {
-        if constexpr (K::has_direct) K::template decode_pv_direct<D, NH>(vs, acc, corr, s, nk, d);
+        if constexpr (K::has_direct) {
+          K::template decode_pv_direct<D, NH>(vs, acc, corr, s, nk, d);
+        }
       } else {
         load(a, vs, d, kv);
         K::template decode_pv<D>(acc, corr, s, kv, nk, nh, d);
