@@ -131,9 +131,10 @@ bool ops_isa_runnable(Isa isa);
 const OpsTable& ops();
 
 namespace detail {  // the per-ISA tables, defined in kernels/{x86,arm}/
-// Tiling of the SIMD attention: keys are processed in blocks of kAttnKeys
-// (converted to f32 once per block and shared by every row of a tile), query
-// rows (query token x head of one kv group) in tiles of up to kAttnRows.
+// Tiling of the SIMD attention (kernels/attention_driver.h): keys are
+// processed in blocks of kAttnKeys (converted to f32 once per block and
+// shared by every row of a tile), query rows (query token x head of one kv
+// group) in tiles of up to kAttnRows.
 constexpr int kAttnKeys = 32;
 constexpr int kAttnRows = 16;
 // f32 K/V block + per row (accumulator, scores, max, sum) + 32-byte alignment.
