@@ -91,6 +91,13 @@ struct Driver {
     return a.k_new != nullptr ? (int64_t)a.pos0 : INT64_MAX;
   }
 
+  // Bytes of one kv head's row in the cache (inline: asked per key block).
+  static int64_t head_bytes(quant::Type t, int d) {
+    if (t == quant::Type::F16) return (int64_t)d * 2;
+    if (t == quant::Type::F32) return (int64_t)d * 4;
+    return (int64_t)(d / quant::kBlock) * (int64_t)sizeof(quant::BlockQ8_0);
+  }
+
   static Span span(const AttentionArgs& a, const void* base, const float* staged, int64_t p0,
                    int n, int g, int d) {
     Span sp;
@@ -99,7 +106,7 @@ struct Driver {
     sp.cache_stride = a.kv_stride_bytes;
     sp.cache = sp.n_cache == 0 ? nullptr
                                : static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes +
-                                     (int64_t)g * (int64_t)quant::row_bytes(a.kv_type, d);
+                                     g * head_bytes(a.kv_type, d);
     sp.staged_stride = a.new_stride;
     sp.staged = sp.n_staged == 0
                     ? nullptr
@@ -130,11 +137,10 @@ struct Driver {
   // cache when load converts them instead of costing a miss each).
   static void prefetch(const AttentionArgs& a, const void* base, int64_t p0, int n, int g, int d) {
     const int64_t nc = std::min<int64_t>(n, cache_end(a) - p0);
-    const int64_t head_bytes = (int64_t)quant::row_bytes(a.kv_type, d);
-    const uint8_t* row =
-        static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + g * head_bytes;
+    const int64_t hb = head_bytes(a.kv_type, d);
+    const uint8_t* row = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + g * hb;
     for (int64_t j = 0; j < nc; ++j, row += a.kv_stride_bytes) {
-      for (int64_t o = 0; o < head_bytes; o += 64) K::prefetch(row + o);
+      for (int64_t o = 0; o < hb; o += 64) K::prefetch(row + o);
     }
   }
 
@@ -236,7 +242,9 @@ struct Driver {
       prefetch_ahead(a, kb, row.lo, row.hi, g, d);
       const Span ks = span(a, a.k, a.k_new, kb, nk, g, d);
       if (direct) {
-        if constexpr (K::has_direct) K::template decode_scores_direct<D, NH>(ks, qt, nk, d, a.scale, s);
+        if constexpr (K::has_direct) {
+          K::template decode_scores_direct<D, NH>(ks, qt, nk, d, a.scale, s);
+        }
       } else {
         load(a, ks, d, kv);
         const int nkt = (nk + K::decode_key_tile - 1) / K::decode_key_tile * K::decode_key_tile;
@@ -246,7 +254,9 @@ struct Driver {
       K::template decode_softmax<NH>(m, l, s, nk, corr);  // corr is 0 on the first block
       const Span vs = span(a, a.v, a.v_new, kb, nk, g, d);
       if (direct) {
-        if constexpr (K::has_direct) K::template decode_pv_direct<D, NH>(vs, acc, corr, s, nk, d);
+        if constexpr (K::has_direct) {
+          K::template decode_pv_direct<D, NH>(vs, acc, corr, s, nk, d);
+        }
       } else {
         load(a, vs, d, kv);
         K::template decode_pv<D>(acc, corr, s, kv, nk, nh, d);

@@ -102,13 +102,13 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
 // kernel by name, never by position, and a missing kernel fails to compile.
 // The one list carries two pass-through arguments (a, b) so that the fill
 // below and LILIMS_OPS_TABLE_ENTRIES(X) (X(field, base) per entry) share it.
-#define LILIMS_OPS_TABLE_LIST(X, a, b)                                                   \
-  X(a, b, rmsnorm, rmsnorm_f32) X(a, b, add_rmsnorm, add_rmsnorm_f32)                    \
+#define LILIMS_OPS_TABLE_LIST(X, a, b)                                                    \
+  X(a, b, rmsnorm, rmsnorm_f32) X(a, b, add_rmsnorm, add_rmsnorm_f32)                     \
   X(a, b, layernorm, layernorm_f32) X(a, b, rope, rope_f32) X(a, b, softmax, softmax_f32) \
-  X(a, b, swiglu, swiglu_f32) X(a, b, gelu, gelu_f32) X(a, b, gelu_erf, gelu_erf_f32)    \
-  X(a, b, add, add_f32) X(a, b, mul, mul_f32) X(a, b, fp32_to_fp16, fp32_to_fp16)        \
-  X(a, b, fp16_to_fp32, fp16_to_fp32) X(a, b, quantize_row_q8_0, quantize_row_q8_0)      \
-  X(a, b, attention, attention) X(a, b, add_layernorm, add_layernorm_f32)                \
+  X(a, b, swiglu, swiglu_f32) X(a, b, gelu, gelu_f32) X(a, b, gelu_erf, gelu_erf_f32)     \
+  X(a, b, add, add_f32) X(a, b, mul, mul_f32) X(a, b, fp32_to_fp16, fp32_to_fp16)         \
+  X(a, b, fp16_to_fp32, fp16_to_fp32) X(a, b, quantize_row_q8_0, quantize_row_q8_0)       \
+  X(a, b, attention, attention) X(a, b, add_layernorm, add_layernorm_f32)                 \
   X(a, b, silu, silu_f32)
 #define LILIMS_OPS_TABLE_ENTRIES(X) LILIMS_OPS_TABLE_LIST(LILIMS_OPS_APPLY_, X, ~)
 #define LILIMS_OPS_APPLY_(X, unused, field, base) X(field, base)
@@ -131,9 +131,10 @@ bool ops_isa_runnable(Isa isa);
 const OpsTable& ops();
 
 namespace detail {  // the per-ISA tables, defined in kernels/{x86,arm}/
-// Tiling of the SIMD attention: keys are processed in blocks of kAttnKeys
-// (converted to f32 once per block and shared by every row of a tile), query
-// rows (query token x head of one kv group) in tiles of up to kAttnRows.
+// Tiling of the SIMD attention (kernels/attention_driver.h): keys are
+// processed in blocks of kAttnKeys (converted to f32 once per block and
+// shared by every row of a tile), query rows (query token x head of one kv
+// group) in tiles of up to kAttnRows.
 constexpr int kAttnKeys = 32;
 constexpr int kAttnRows = 16;
 // f32 K/V block + per row (accumulator, scores, max, sum) + 32-byte alignment.

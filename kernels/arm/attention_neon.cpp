@@ -227,7 +227,9 @@ struct Neon {
         }
       }
       for (int t = 0; t < 4; ++t) {
-        for (int v = 0; v < NV; ++v) vst1q_f32(s + (j + t) * 8 + 4 * v, vmulq_n_f32(r[t][v], scale));
+        for (int v = 0; v < NV; ++v) {
+          vst1q_f32(s + (j + t) * 8 + 4 * v, vmulq_n_f32(r[t][v], scale));
+        }
       }
     }
   }
@@ -257,7 +259,9 @@ struct Neon {
   template <int D>
   static void decode_pv(float* acc, const float* corr, const float* s, const float* kv, int nk,
                         int nh, int d) {
-    for (int h = 0; h < nh; ++h) kernels::pv_row<D, 8>(acc + (int64_t)h * d, corr[h], s + h, kv, nk, d);
+    for (int h = 0; h < nh; ++h) {
+      kernels::pv_row<D, 8>(acc + (int64_t)h * d, corr[h], s + h, kv, nk, d);
+    }
   }
 };
 

@@ -321,17 +321,15 @@ struct Avx2 {
                                    float scale, float* s) {
     (void)nk;
     const __m256 vscale = _mm256_set1_ps(scale);
-    const uint8_t* krow = sp.cache;
-    int j = 0;
-    for (; j < sp.n_cache; ++j, krow += sp.cache_stride) {
-      const uint16_t* kh = reinterpret_cast<const uint16_t*>(krow);
+    for (int j = 0; j < sp.n_cache; ++j) {
+      const uint16_t* kh = reinterpret_cast<const uint16_t*>(sp.cache + j * sp.cache_stride);
       score_key_8heads<D, NH>(qt, d, vscale, [kh](int c) { return load8_f16(kh + c); },
                               s + j * 8);
     }
-    const float* kf = sp.staged;
-    for (int t = 0; t < sp.n_staged; ++t, ++j, kf += sp.staged_stride) {
+    for (int t = 0; t < sp.n_staged; ++t) {
+      const float* kf = sp.staged + t * sp.staged_stride;
       score_key_8heads<D, NH>(qt, d, vscale, [kf](int c) { return _mm256_loadu_ps(kf + c); },
-                              s + j * 8);
+                              s + (sp.n_cache + t) * 8);
     }
   }
 
@@ -380,17 +378,15 @@ struct Avx2 {
         r[h] = _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)h * d + c),
                              _mm256_broadcast_ss(corr + h));
       }
-      const uint8_t* vr = sp.cache + (int64_t)c * 2;
-      int j = 0;
-      for (; j < sp.n_cache; ++j, vr += sp.cache_stride) {
-        const __m256 vv = load8_f16(reinterpret_cast<const uint16_t*>(vr));
+      for (int j = 0; j < sp.n_cache; ++j) {
+        const __m256 vv = load8_f16(
+            reinterpret_cast<const uint16_t*>(sp.cache + j * sp.cache_stride + (int64_t)c * 2));
         const float* pj = s + j * 8;
         for (int h = 0; h < NH; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
       }
-      const float* vf = sp.staged + c;
-      for (int t = 0; t < sp.n_staged; ++t, ++j, vf += sp.staged_stride) {
-        const __m256 vv = _mm256_loadu_ps(vf);
-        const float* pj = s + j * 8;
+      for (int t = 0; t < sp.n_staged; ++t) {
+        const __m256 vv = _mm256_loadu_ps(sp.staged + t * sp.staged_stride + c);
+        const float* pj = s + (sp.n_cache + t) * 8;
         for (int h = 0; h < NH; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
       }
       for (int h = 0; h < NH; ++h) _mm256_store_ps(acc + (int64_t)h * d + c, r[h]);
