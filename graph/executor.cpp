@@ -202,7 +202,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       // see more keys, so they are handed out first.
       const int n_thr = pool_.size(), n_kv = sh.n_head_kv, group = sh.n_head / n_kv;
       const int parts = (n_thr > 1 && n_kv % n_thr != 0 && n_kv < 2 * n_thr && group > 1) ? 2 : 1;
-      const int32_t qb = m;
+      const int32_t qb = m <= 32 ? m : 32;
       const int64_t n_qb = (m + qb - 1) / qb, n_units = (int64_t)n_kv * parts;
       float* scratch = attn_scratch_;
       const size_t per = plan_.attn_scratch_floats;
@@ -216,8 +216,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
         la.pos0 = pos0 + t0;
         la.q = args.q + (int64_t)t0 * args.q_stride;
         la.out = args.out + (int64_t)t0 * args.out_stride;
-        la.k_new = args.k_new + (int64_t)t0 * args.new_stride;
-        la.v_new = args.v_new + (int64_t)t0 * args.new_stride;
+        la.n_new_before = t0;  // the block's earlier staged rows stay visible
         ops.attention(la, h0, h1, scratch + (size_t)thread * per);
       });
       break;

@@ -17,8 +17,8 @@
 // heads are vector lanes, the online softmax runs on head vectors, and a
 // micro-kernel may read F16 K/V straight from the cache ("direct").
 //
-// A block's positions below pos0 come from the cache; with staged rows
-// (k_new != nullptr) the ones from pos0 on come from k_new / v_new as f32
+// A block's positions below pos0 - n_new_before come from the cache; with staged
+// rows (k_new != nullptr) the ones from there on come from k_new / v_new as f32
 // and the cache there is never touched, not even by a prefetch.
 //
 // K, the micro-kernel (see kernels/x86/attention_avx2.cpp for one), provides:
@@ -88,7 +88,7 @@ template <class K>
 struct Driver {
   // Positions below this are read from the cache.
   static int64_t cache_end(const AttentionArgs& a) {
-    return a.k_new != nullptr ? (int64_t)a.pos0 : INT64_MAX;
+    return a.k_new != nullptr ? (int64_t)a.pos0 - a.n_new_before : INT64_MAX;
   }
 
   // Bytes of one kv head's row in the cache (inline: asked per key block).
@@ -110,7 +110,7 @@ struct Driver {
     sp.staged_stride = a.new_stride;
     sp.staged = sp.n_staged == 0
                     ? nullptr
-                    : staged + (p0 + sp.n_cache - a.pos0) * a.new_stride + (int64_t)g * d;
+                    : staged + (p0 + sp.n_cache - cache_end(a)) * a.new_stride + (int64_t)g * d;
     return sp;
   }
 

@@ -48,15 +48,19 @@ struct AttentionArgs {
   // Output: n_q rows of (n_head, head_dim) floats, out_stride floats apart.
   float* out;
   int64_t out_stride;
-  // Staged rows: when k_new != nullptr, positions [pos0, pos0 + n_q) are read as F32 from
-  // k_new / v_new (row i = position pos0 + i, kv head g at g * head_dim floats, rows
-  // new_stride floats apart) instead of the cache, which then needs only [0, pos0).
+  // Staged rows: when k_new != nullptr, positions [s0, pos0 + n_q), s0 = pos0 -
+  // n_new_before, are read as F32 from k_new / v_new (row i = position s0 + i,
+  // kv head g at g * head_dim floats, rows new_stride floats apart) instead of
+  // the cache, which then needs only [0, s0).  n_new_before > 0 lets a caller
+  // split a block's queries into tiles: a later tile's queries also see the
+  // block's earlier staged rows.
   // A chunk's own K/V rows are read from there while the cache still holds
   // only what was committed before it; the staged values enter the sums
   // unrounded, as an F32 cache holding them would.
   const float* k_new;
   const float* v_new;
   int64_t new_stride;
+  int32_t n_new_before;  // staged rows before pos0 (0 <= n_new_before <= pos0)
 };
 
 struct OpsTable {  // one per ISA; the same signatures as the refs

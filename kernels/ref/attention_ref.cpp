@@ -14,8 +14,9 @@ size_t attention_scratch_floats__ref(const AttentionArgs& a) {
 void attention_load_row__ref(const AttentionArgs& a, const void* base, const float* staged,
                              int64_t pos, int g, float* row) {
   const int d = a.head_dim;
-  if (staged != nullptr && pos >= a.pos0) {
-    std::memcpy(row, staged + (pos - a.pos0) * a.new_stride + (int64_t)g * d, (size_t)d * 4);
+  const int64_t s0 = (int64_t)a.pos0 - a.n_new_before;
+  if (staged != nullptr && pos >= s0) {
+    std::memcpy(row, staged + (pos - s0) * a.new_stride + (int64_t)g * d, (size_t)d * 4);
     return;
   }
   const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes;

@@ -384,6 +384,20 @@ TEST_P(ops_attention_staged, equals_all_in_cache_and_ignores_rows_past_pos0) {
     std::vector<float> own_mixed;
     if (sc.t == Type::F32) own_mixed = is_ref ? ref_mixed : run_attention(ops().attention, mixed);
 
+    // Query tiles of 32, as the executor splits a block over threads: a later
+    // tile sees the block's earlier staged rows through n_new_before.
+    std::vector<float> tiled(out.size(), -7.0f);
+    for (int t0 = 0; t0 < sc.n_q; t0 += 32) {
+      AttentionArgs t = staged;
+      t.n_q = std::min(32, sc.n_q - t0);
+      t.pos0 = sc.pos0 + t0;
+      t.n_new_before = t0;
+      t.q = q.data() + (int64_t)t0 * row;
+      const std::vector<float> part =
+          run_attention(is_ref ? kernels::attention__ref : ops().attention, t);
+      std::copy(part.begin(), part.end(), tiled.begin() + (int64_t)t0 * (row + 4));
+    }
+
     Case c{n_ctx, sc.n_q, n_head, n_kv, d, sc.window};
     const std::vector<double> kd(k_mix.begin(), k_mix.end()), vd(v_mix.begin(), v_mix.end());
     const Oracle o = naive(c, q, kd, vd, scale);
@@ -408,6 +422,8 @@ TEST_P(ops_attention_staged, equals_all_in_cache_and_ignores_rows_past_pos0) {
               << "query " << i << " head " << h << " dim " << j;
           ASSERT_NEAR(out[at], ref_staged[at], 2 * tol)
               << "vs ref: query " << i << " head " << h << " dim " << j;
+          ASSERT_NEAR(tiled[at], o.out[rh * d + j], tol)
+              << "query tiles: query " << i << " head " << h << " dim " << j;
         }
       }
       for (int j = 0; j < 4; ++j) {
