@@ -58,7 +58,25 @@ TEST(CliCApi, Truncated) {
 TEST(CliCApi, Unsupported) {
   LILIMS_REQUIRE_FILE(stories_gguf(), kStoriesFrom);
   expect_open_fails(write_q6k_model(), LILIMS_ERR_UNSUPPORTED, "Q6_K");
-  expect_open_fails(write_phi2_model(), LILIMS_ERR_UNSUPPORTED, "phi2");
+  expect_open_fails(write_unsupported_arch_model(), LILIMS_ERR_UNSUPPORTED, "mamba");
+  // A tensor the architecture has no use for (a bias llama does not have)
+  // is refused, not ignored: ignoring it would run a different model.
+  expect_open_fails(
+      write_variant(stories_gguf(), "extra_bias.gguf",
+                    [](auto&, std::vector<EditableTensor>& ts) {
+                      std::vector<uint8_t> zeros(48 * 4, 0);
+                      ts.push_back({"blk.0.attn_q.bias", {48}, 0u, zeros});
+                    }),
+      LILIMS_ERR_UNSUPPORTED, "blk.0.attn_q.bias");
+  // A RoPE scaling lilims does not implement.
+  expect_open_fails(write_variant(stories_gguf(), "yarn.gguf",
+                                  [](std::vector<gguf::KeyValue>& kv, auto&) {
+                                    gguf::Value v;
+                                    v.type = gguf::ValueType::STRING;
+                                    v.s = "yarn";
+                                    kv.push_back({"llama.rope.scaling.type", v});
+                                  }),
+                    LILIMS_ERR_UNSUPPORTED, "yarn");
 }
 
 TEST(CliCApi, Missing) {

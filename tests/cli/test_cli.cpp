@@ -473,11 +473,11 @@ TEST(CliErrors, UnsupportedTensorType) {
 
 TEST(CliErrors, UnsupportedArchitecture) {
   REQUIRE_STORIES();
-  const std::string p = write_phi2_model();
-  expect_failure(run({"run", "-m", p, "-p", "hi", "-t", "1"}), "run", "phi2");
+  const std::string p = write_unsupported_arch_model();
+  expect_failure(run({"run", "-m", p, "-p", "hi", "-t", "1"}), "run", "mamba");
   const Result i = run({"inspect", p});
   ASSERT_EQ(i.exit_code, 0) << i.describe();
-  EXPECT_NE(i.out.find("\"phi2\""), std::string::npos);
+  EXPECT_NE(i.out.find("\"mamba\""), std::string::npos);
 }
 
 TEST(CliErrors, MissingTensorOrKey) {

@@ -155,7 +155,7 @@ INSTANTIATE_TEST_SUITE_P(Options, CliBenchBadOption, ::testing::ValuesIn(kBadOpt
 
 TEST(CliBench, MissingOrUnrunnableModelIsAnError) {
   REQUIRE_STORIES();
-  for (const std::string& path : {tmp_path("absent.gguf"), write_phi2_model()}) {
+  for (const std::string& path : {tmp_path("absent.gguf"), write_unsupported_arch_model()}) {
     const Result r = run({"bench", "-m", path, "-p", "8", "-n", "4", "-r", "1", "--json"});
     ASSERT_TRUE(r.exited()) << r.describe();
     EXPECT_NE(r.exit_code, 0) << r.describe();
