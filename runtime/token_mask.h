@@ -105,8 +105,7 @@ class SchemaConstraint {
   // allowed[id] = 1 for every usable token whose bytes continue the output
   // (n_vocab entries; other entries 0).
   void fill_mask(uint8_t* allowed);
-  // Whether `id` continues the output, byte by byte (the reference the
-  // fast mask is tested against).
+  // Whether `id` continues the output, its bytes fed one by one.
   bool accepts(int32_t id);
   // Whether after `id` the output can still be completed within `left`
   // single-byte tokens.

@@ -44,7 +44,8 @@ std::vector<Tool> parse_tools(std::string_view json_text) {
   } catch (const std::exception& e) {
     fail(std::string("the tools do not parse: ") + e.what());
   }
-  if (!j.is_array()) fail("the tools must be a JSON array");
+  if (j.is_object()) j = Json::array({j});
+  if (!j.is_array()) fail("the tools must be a JSON array or one tool object");
   std::vector<Tool> out;
   for (const Json& item : j) {
     const Json& f = item.is_object() && item.contains("function") ? item.at("function") : item;

@@ -16,7 +16,7 @@ struct Tool {
   std::string parameters;  // JSON Schema of the arguments (an object); "" = no arguments
 };
 
-// A JSON array of {"name", "description", "parameters"} objects (the
+// One {"name", "description", "parameters"} object or a JSON array of them (the
 // OpenAI-style wrapper {"type": "function", "function": {...}} is accepted
 // too).  Throws LILIMS_ERR_INVALID_ARGUMENT ("[tools] ...").
 std::vector<Tool> parse_tools(std::string_view json_text);
