@@ -1,6 +1,7 @@
 #include "runtime/token_mask.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #define XXH_INLINE_ALL
@@ -141,21 +142,41 @@ SchemaConstraint::SchemaConstraint(std::shared_ptr<const CompiledSchema> schema)
 
 void SchemaConstraint::fill_mask(uint8_t* allowed) {
   const TokenTrie& t = schema_->trie();
-  bits_.assign(((size_t)t.n_vocab() + 63) / 64, 0);
-  std::vector<const CompiledSchema::NodeMask*> masks;
+  const size_t words = ((size_t)t.n_vocab() + 63) / 64;
+  masks_.clear();
   for (int32_t top : state_.tops) {
     const CompiledSchema::NodeMask* nm = &schema_->node_mask(m_.node_of(top));
-    if (std::find(masks.begin(), masks.end(), nm) != masks.end()) continue;
-    masks.push_back(nm);
-    for (size_t w = 0; w < bits_.size(); ++w) bits_[w] |= nm->accepted[w];
+    if (std::find(masks_.begin(), masks_.end(), nm) == masks_.end()) masks_.push_back(nm);
   }
-  for (const CompiledSchema::NodeMask* nm : masks) {
-    for (int32_t id : nm->uncertain) {
-      if (bits_[(size_t)id >> 6] >> (id & 63) & 1) continue;
-      if (accepts(id)) bits_[(size_t)id >> 6] |= 1ull << (id & 63);
+  const uint64_t* bits;
+  bool own = masks_.size() != 1;
+  for (const CompiledSchema::NodeMask* nm : masks_) own |= !nm->uncertain.empty();
+  if (own) {
+    bits_.assign(words, 0);
+    for (const CompiledSchema::NodeMask* nm : masks_) {
+      for (size_t w = 0; w < words; ++w) bits_[w] |= nm->accepted[w];
     }
+    for (const CompiledSchema::NodeMask* nm : masks_) {
+      for (int32_t id : nm->uncertain) {
+        if (bits_[(size_t)id >> 6] >> (id & 63) & 1) continue;
+        if (accepts(id)) bits_[(size_t)id >> 6] |= 1ull << (id & 63);
+      }
+    }
+    bits = bits_.data();
+  } else {
+    bits = masks_[0]->accepted.data();  // one node, nothing to check: its mask as it is
   }
-  for (int32_t id = 0; id < t.n_vocab(); ++id) allowed[id] = (uint8_t)(bits_[(size_t)id >> 6] >> (id & 63) & 1);
+  // Most words are all zeros or all ones: whole runs of 64 tokens at once.
+  const size_t n = (size_t)t.n_vocab();
+  for (size_t w = 0; w < words; ++w) {
+    const size_t base = w * 64, len = std::min<size_t>(64, n - base);
+    const uint64_t b = bits[w];
+    if (b == 0 || b == ~0ull) {
+      std::memset(allowed + base, b ? 1 : 0, len);
+      continue;
+    }
+    for (size_t k = 0; k < len; ++k) allowed[base + k] = (uint8_t)(b >> k & 1);
+  }
 }
 
 bool SchemaConstraint::accepts(int32_t id) {

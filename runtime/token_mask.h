@@ -122,6 +122,7 @@ class SchemaConstraint {
   GrammarMatcher m_;
   GrammarMatcher::State state_, probe_;
   std::vector<uint64_t> bits_;
+  std::vector<const CompiledSchema::NodeMask*> masks_;
 };
 
 }  // namespace lilims::runtime
