@@ -1,6 +1,7 @@
 #include "runtime/json_grammar.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace lilims::runtime {
 
@@ -131,6 +132,33 @@ bool GrammarMatcher::feed(const State& in, std::string_view bytes, State* out) {
   }
   *out = std::move(cur);
   return true;
+}
+
+int32_t GrammarMatcher::intern_state(const State& s) {
+  std::string key(s.tops.size() * sizeof(int32_t) + 1, '\0');
+  key[0] = (char)(s.ended | s.popped << 1);
+  if (!s.tops.empty()) std::memcpy(&key[1], s.tops.data(), s.tops.size() * sizeof(int32_t));
+  auto [it, fresh] = state_index_.try_emplace(std::move(key), (int32_t)states_.size());
+  if (fresh) {
+    states_.push_back(s);
+    trans_.emplace_back();
+  }
+  return it->second;
+}
+
+int32_t GrammarMatcher::step_id(int32_t id, uint8_t b) {
+  std::unique_ptr<std::array<int32_t, 256>>& t = trans_[(size_t)id];
+  if (!t) {
+    t = std::make_unique<std::array<int32_t, 256>>();
+    t->fill(-1);
+  }
+  std::array<int32_t, 256>* table = t.get();  // stays put while trans_ grows
+  if ((*table)[b] < 0) {
+    State out;
+    step(states_[(size_t)id], b, &out);
+    (*table)[b] = intern_state(out);
+  }
+  return (*table)[b];
 }
 
 int64_t GrammarMatcher::min_completion(const State& s, const std::vector<int32_t>& dist) const {

@@ -6,7 +6,10 @@
 // output through it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -94,6 +97,14 @@ class GrammarMatcher {
   bool feed(const State& in, std::string_view bytes, State* out);
   static bool dead(const State& s) { return s.tops.empty() && !s.ended && !s.popped; }
 
+  // States interned as ids, with transitions kept once computed: a walk
+  // over the vocabulary trie meets the same few states again and again
+  // (inside a string every character leads back to the same one), so most
+  // of its steps are one table lookup.
+  int32_t intern_state(const State& s);
+  const State& state_at(int32_t id) const { return states_[(size_t)id]; }
+  int32_t step_id(int32_t id, uint8_t b);
+
   // The grammar node of a top frame.
   int32_t node_of(int32_t frame) const { return frames_[(size_t)frame].node; }
   // Fewest bytes that complete the text from s, using node distances
@@ -113,6 +124,9 @@ class GrammarMatcher {
   void closure(int32_t frame, State* out, int chain);
 
   const Grammar& g_;
+  std::deque<State> states_;  // a deque: state_at() references stay valid
+  std::unordered_map<std::string, int32_t> state_index_;
+  std::vector<std::unique_ptr<std::array<int32_t, 256>>> trans_;  // (states) -1: not computed
   std::vector<Frame> frames_;
   std::vector<uint32_t> seen_;  // (frames) == stamp_: already closed over in this step
   uint32_t stamp_ = 0;

@@ -88,7 +88,7 @@ CompiledSchema::NodeMask CompiledSchema::walk(int32_t node) const {
     int32_t next_child;
     bool popped_before;  // the rule could end at a proper prefix of what follows
   };
-  std::vector<GrammarMatcher::State> states(1, m.start());
+  std::vector<int32_t> states(1, m.intern_state(m.start()));
   std::vector<Item> stack{{0, tn[0].child_begin, m.start().popped}};
   while (!stack.empty()) {
     Item& it = stack.back();
@@ -100,9 +100,9 @@ CompiledSchema::NodeMask CompiledSchema::walk(int32_t node) const {
     const bool popped_before = it.popped_before;
     const size_t depth = stack.size();
     if (states.size() <= depth) states.resize(depth + 1);
-    m.step(states[depth - 1], tn[(size_t)c].byte, &states[depth]);
-    const GrammarMatcher::State& s = states[depth];
     const TokenTrie::Node& n = tn[(size_t)c];
+    states[depth] = m.step_id(states[depth - 1], n.byte);
+    const GrammarMatcher::State& s = m.state_at(states[depth]);
     if (!GrammarMatcher::dead(s)) {
       for (int32_t k = n.tok_begin; k < n.tok_mid; ++k) accept(order[(size_t)k]);
     } else if (popped_before) {
