@@ -39,6 +39,17 @@ struct Grammar {
   // and node left reachable can be completed.
   std::vector<int32_t> rule_min;
 
+  // The character positions of a string with counted length: nodes[k]
+  // starts character k.  Positions far enough from both bounds accept the
+  // same next bytes up to any horizon shorter than that distance, so one
+  // token mask serves them all (CompiledSchema uses this).
+  struct CharRun {
+    std::vector<int32_t> nodes;
+    int64_t min = 0;
+    bool bounded = true;  // false: nodes holds only the first `min` positions, a loop follows
+  };
+  std::vector<CharRun> char_runs;
+
   static constexpr int32_t kInfinite = 1 << 29;
 
   int32_t add_node() {

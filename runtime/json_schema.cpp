@@ -369,8 +369,14 @@ class Compiler {
 
   // A JSON string of min..max characters (max < 0: no limit).
   int32_t free_string(int32_t from, int64_t min, int64_t max) {
+    Grammar::CharRun run;
+    run.min = min;
+    run.bounded = max >= 0;
     int32_t n = lit(from, "\"");
-    for (int64_t i = 0; i < min; ++i) n = grammar_json_string_char(g_, n);
+    for (int64_t i = 0; i < min; ++i) {
+      run.nodes.push_back(n);
+      n = grammar_json_string_char(g_, n);
+    }
     if (max < 0) {
       const int32_t loop = g_.add_node();
       eps(n, loop);
@@ -379,12 +385,15 @@ class Compiler {
     } else {
       const int32_t end = g_.add_node();
       for (int64_t i = min; i < max; ++i) {
+        run.nodes.push_back(n);
         eps(n, end);
         n = grammar_json_string_char(g_, n);
       }
+      run.nodes.push_back(n);
       eps(n, end);
       n = end;
     }
+    if (!run.nodes.empty()) g_.char_runs.push_back(std::move(run));
     return lit(n, "\"");
   }
 

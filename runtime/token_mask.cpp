@@ -19,6 +19,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces, const std::vector<b
     if (!usable_[id]) continue;
     order_.push_back((int32_t)id);
     if (pieces[id].size() == 1) single_[(uint8_t)pieces[id][0]] = true;
+    max_piece_ = std::max(max_piece_, pieces[id].size());
   }
   std::sort(order_.begin(), order_.end(),
             [&](int32_t a, int32_t b) { return pieces[(size_t)a] < pieces[(size_t)b]; });
@@ -54,6 +55,28 @@ void TokenTrie::build(int32_t node, size_t depth) {
 CompiledSchema::CompiledSchema(Grammar g, std::shared_ptr<const TokenTrie> trie)
     : g_(std::move(g)), trie_(std::move(trie)), masks_(g_.nodes.size()) {
   dist_ = g_.distances_to_end(trie_->single_bytes(), nullptr);
+  alias_.resize(g_.nodes.size());
+  std::iota(alias_.begin(), alias_.end(), 0);
+  // No token spans more than D characters (each takes a byte at least), so
+  // positions with at least D characters to go before the minimum (cannot
+  // close yet) share one mask, and so do positions past the minimum with at
+  // least D characters left before the maximum (may close or go on).
+  const int64_t d = (int64_t)trie_->max_piece();
+  for (const Grammar::CharRun& run : g_.char_runs) {
+    const int64_t max = run.bounded ? (int64_t)run.nodes.size() - 1 : -1;
+    int32_t open = -1, free = -1;
+    for (size_t k = 0; k < run.nodes.size(); ++k) {
+      const int64_t i = (int64_t)k;
+      const int32_t node = run.nodes[k];
+      if (run.min - i >= d) {
+        if (open < 0) open = node;
+        alias_[(size_t)node] = open;
+      } else if (run.bounded && i >= run.min && max - i >= d) {
+        if (free < 0) free = node;
+        alias_[(size_t)node] = free;
+      }
+    }
+  }
 }
 
 int64_t CompiledSchema::walks() const {
@@ -62,6 +85,7 @@ int64_t CompiledSchema::walks() const {
 }
 
 const CompiledSchema::NodeMask& CompiledSchema::node_mask(int32_t node) const {
+  node = alias_[(size_t)node];
   std::lock_guard<std::mutex> lock(mu_);
   std::unique_ptr<NodeMask>& m = masks_[(size_t)node];
   if (!m) {

@@ -40,6 +40,7 @@ class TokenTrie {
   int32_t n_vocab() const { return n_vocab_; }
   const std::string& piece(int32_t id) const { return (*pieces_)[(size_t)id]; }
   bool usable(int32_t id) const { return usable_[(size_t)id]; }
+  size_t max_piece() const { return max_piece_; }  // bytes of the longest usable piece
   // Bytes that some usable token spells alone: completions are built from them.
   const bool* single_bytes() const { return single_; }
 
@@ -52,6 +53,7 @@ class TokenTrie {
   std::vector<int32_t> order_;
   std::vector<Node> nodes_;
   bool single_[256] = {};
+  size_t max_piece_ = 0;
 };
 
 // A schema's grammar bound to a vocabulary, with the per-node walks kept.
@@ -79,6 +81,7 @@ class CompiledSchema {
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> dist_;
   mutable std::mutex mu_;
+  std::vector<int32_t> alias_;  // (nodes) the node whose mask serves this one
   mutable std::vector<std::unique_ptr<NodeMask>> masks_;  // (nodes) null until walked
   mutable int64_t walks_ = 0;
 };

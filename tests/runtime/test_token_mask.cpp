@@ -23,6 +23,8 @@ std::vector<std::pair<std::string, std::string>> feature_schemas() {
       {"object", R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},"required":["b"]})"},
       {"string lengths", R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":6}},"required":["s"]})"},
       {"free string", R"({"type":"string"})"},
+      // Long enough for positions that share one mask (beyond the longest token).
+      {"long bounded strings", R"({"type":"array","items":{"type":"string","minLength":45,"maxLength":120},"maxItems":2})"},
       {"enum/const", R"({"type":"object","properties":{"e":{"enum":["red","green",3,null,{"x":[1,2]}]},"k":{"const":"on"}},"required":["e","k"]})"},
       {"pattern", R"({"type":"object","properties":{"p":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},"q":{"type":"string","pattern":"ab+c"}},"required":["p","q"]})"},
       {"formats", R"({"type":"array","prefixItems":[{"type":"string","format":"date"},{"type":"string","format":"time"},{"type":"string","format":"date-time"},{"type":"string","format":"uuid"},{"type":"string","format":"email"}],"items":false,"minItems":5})"},
