@@ -295,5 +295,79 @@ TEST(SchemaGenerate, SmolLM2EveryOutputValidates) {
   EXPECT_EQ(greedy_tool_calls, (int)std::size(kPrompts));
 }
 
+// Every token cap and context size on a tiny model: the output is a valid
+// value (stop reason end of generation, exactly what was streamed) or the
+// call fails up front with a "[generate] ..." error and the session empty.
+TEST(SchemaGenerate, Stories260KEveryCapAndContext) {
+  const std::string path = test::shared_data("stories260K/stories260K.gguf");
+  LILIMS_REQUIRE_FILE(path, "../shared/data/stories260K, see SOURCES.md");
+  auto model = Model::open(path);
+  const std::string text =
+      R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]{2,4}$"},"n":{"type":"integer","minimum":-50,"maximum":50},"tags":{"type":"array","items":{"enum":["a","bb"]},"maxItems":2}},"required":["id","n"]})";
+  const J schema = J::parse(text);
+  const std::vector<int32_t> prompt = model->tokenizer().encode("Once upon a time", true, false);
+  int runs = 0, failures = 0, refused = 0;
+  std::string first;
+  const auto one = [&](Session& session, int32_t cap, const SamplingParams& sp, const std::string& what) {
+    GenerateOptions go;
+    go.json_schema = text;
+    go.max_tokens = cap;
+    go.sampling = sp;
+    std::string streamed;
+    go.on_token = [&](int32_t, const std::string& t) {
+      streamed += t;
+      return false;
+    };
+    session.reset();
+    ++runs;
+    std::string err;
+    try {
+      const GenerateResult r = session.generate_tokens(prompt, go);
+      if (r.stop != StopReason::end_of_generation) err = "stop reason " + std::to_string((int)r.stop);
+      else if (cap > 0 && (int32_t)r.tokens.size() > cap) err = "more tokens than the cap";
+      else if (streamed != r.text) err = "streamed text differs";
+      else err = validate(schema, schema, J::parse(r.text), "#");
+      if (!err.empty()) err += ": " + r.text;
+    } catch (const Error& e) {
+      ++refused;
+      if (session.n_past() != 0 || !streamed.empty()) err = std::string("failed after starting: ") + e.what();
+      else if (std::string(e.what()).rfind("[generate] ", 0) != 0) err = std::string("unclear failure: ") + e.what();
+    } catch (const std::exception& e) {
+      err = std::string("does not parse: ") + e.what();
+    }
+    if (!err.empty() && ++failures <= 8) first += what + ": " + err + "\n";
+  };
+  std::vector<SamplingParams> samplers(1);
+  for (uint64_t seed : {1, 2}) {
+    SamplingParams t;
+    t.temperature = 1.0f;
+    t.seed = seed;
+    samplers.push_back(t);
+  }
+  {
+    SessionOptions so;
+    so.n_threads = 1;
+    so.n_ctx = 256;
+    Session session(*model, so);
+    for (int32_t cap = 1; cap <= 40; ++cap) {
+      for (const SamplingParams& sp : samplers) {
+        one(session, cap, sp, "cap " + std::to_string(cap) + ", seed " + std::to_string(sp.seed));
+      }
+    }
+  }
+  for (int32_t room = 0; room <= 30; ++room) {
+    SessionOptions so;
+    so.n_threads = 1;
+    so.n_ctx = (int32_t)prompt.size() + room;
+    Session session(*model, so);
+    for (const SamplingParams& sp : samplers) {
+      one(session, 0, sp, "no cap, " + std::to_string(room) + " free positions, seed " + std::to_string(sp.seed));
+    }
+  }
+  EXPECT_EQ(failures, 0) << failures << " of " << runs << " runs broke the guarantee:\n" << first;
+  EXPECT_GT(refused, 0);           // the small caps and contexts are refused up front
+  EXPECT_LT(refused, runs / 2);    // and the larger ones produce values
+}
+
 }  // namespace
 }  // namespace lilims::runtime
