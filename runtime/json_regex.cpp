@@ -191,7 +191,7 @@ class ReParser {
     return s;
   }
 
-  // A class escape (\d \w \s and negations) or nullptr-like empty set when c is not one.
+  // A class escape (\d \w \s and their negations); false when c is not one.
   bool class_escape(char c, Re* out) {
     switch (c) {
       case 'd': *out = byte_set({{'0', '9'}}, false, false); return true;
@@ -214,10 +214,16 @@ class ReParser {
       case 'v': return '\v';
       case '0': return 0;
       case 'u': {
-        if (i_ + 4 > p_.size()) fail("\\u needs four hex digits");
-        const unsigned v = (unsigned)std::stoul(std::string(p_.substr(i_, 4)), nullptr, 16);
+        unsigned v = 0;
+        for (int k = 0; k < 4; ++k) {
+          const char h = i_ < p_.size() ? p_[i_++] : '\0';
+          const int d = h >= '0' && h <= '9' ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+          if (d < 0) fail("\\u needs four hex digits");
+          v = v * 16 + (unsigned)d;
+        }
         if (v >= 0x80) fail("\\u escapes beyond ASCII are unsupported; write the character");
-        i_ += 4;
         return (uint8_t)v;
       }
       default:
@@ -232,6 +238,7 @@ class ReParser {
     const char c = p_[i_++];
     switch (c) {
       case '(': {
+        if (++depth_ > kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
         if (more() && peek() == '?') {
           if (i_ + 1 < p_.size() && p_[i_ + 1] == ':') {
             i_ += 2;
@@ -242,6 +249,7 @@ class ReParser {
         Re inner = alternation();
         if (!more() || peek() != ')') fail("unclosed '('");
         ++i_;
+        --depth_;
         return inner;
       }
       case '[': return bracket();
@@ -327,8 +335,10 @@ class ReParser {
     return s;
   }
 
+  static constexpr int kMaxGroupDepth = 64;
   std::string_view p_;
   size_t i_ = 0;
+  int depth_ = 0;
   const std::string& where_;
 };
 

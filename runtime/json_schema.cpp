@@ -16,6 +16,7 @@ constexpr int64_t kMaxMagnitude = 999999999999999;  // 15 digits: exact in a dou
 constexpr int kMaxStringChars = 512;
 constexpr int kMaxArrayUnroll = 1024;
 constexpr size_t kMaxNodes = 1 << 22;
+constexpr int kMaxSchemaDepth = 128;
 
 const char* const kNumberPattern =
     "^-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE][+-]?[0-9]{1,2})?$";
@@ -164,6 +165,13 @@ class Compiler {
   // unless `inline_containers` (the body of that rule).
   int32_t value(int32_t from, const Json& s, const std::string& where, bool inline_containers) {
     if (g_.nodes.size() > kMaxNodes) fail(where, "the schema makes too large a grammar");
+    // Compilation recurses with the schema's nesting: bound it, not the stack.
+    struct Depth {
+      int& d;
+      explicit Depth(int& x) : d(++x) {}
+      ~Depth() { --d; }
+    } depth(depth_);
+    if (depth_ > kMaxSchemaDepth) fail(where, "schemas nested deeper than " + std::to_string(kMaxSchemaDepth));
     if (s.is_boolean()) return s.get<bool>() ? call_any(from) : dead();
     if (!s.is_object()) fail(where, "a schema must be an object or a boolean");
     const std::vector<std::string> types = keywords(s, where);
@@ -514,6 +522,7 @@ class Compiler {
   Grammar g_;
   std::map<const Json*, int32_t> rules_;
   int32_t any_rule_ = -1;
+  int depth_ = 0;
 };
 
 Json parse(std::string_view text) {

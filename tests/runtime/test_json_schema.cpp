@@ -191,11 +191,24 @@ TEST(JsonSchema, Errors) {
                      E{R"({"type":"string","minLength":"2"})", "'minLength' must be a non-negative integer"},
                      E{R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"uniqueItems":true}}}}})",
                        "#/properties/a/properties/b: unsupported keyword 'uniqueItems'"},
-                     E{R"({"minLength":1,"minimum":2})", "several types"}}) {
+                     E{R"({"minLength":1,"minimum":2})", "several types"},
+                     E{R"({"type":"string","pattern":"\\u00zz"})", "four hex digits"},
+                     E{R"({"type":"string","pattern":"\\u12"})", "four hex digits"}}) {
     const std::string msg = error_of(e.schema);
     EXPECT_EQ(msg.rfind("[json-schema] ", 0), 0u) << e.schema << " -> " << msg;
     EXPECT_NE(msg.find(e.says), std::string::npos) << e.schema << " -> " << msg;
   }
+}
+
+TEST(JsonSchema, DeepNestingIsAnErrorNotACrash) {
+  std::string schema, pattern;
+  for (int i = 0; i < 2000; ++i) schema += R"({"type":"array","items":)";
+  schema += "{}";
+  for (int i = 0; i < 2000; ++i) schema += "}";
+  EXPECT_NE(error_of(schema).find("nested deeper than"), std::string::npos);
+  for (int i = 0; i < 5000; ++i) pattern += "(";
+  EXPECT_NE(error_of(R"({"type":"string","pattern":")" + pattern + "\"}").find("nested deeper than"),
+            std::string::npos);
 }
 
 TEST(JsonSchema, CanonicalTextKeepsOrderDropsWhitespace) {
