@@ -12,6 +12,7 @@
 #include "kernels/cpu.h"
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
+#include "runtime/tools.h"
 #include "tokenizer/chat.h"
 
 using lilims::Error;
@@ -79,6 +80,18 @@ lilims_status copy_out(const char* fn, const std::string& s, char* out, size_t c
   if (!s.empty()) std::memcpy(out, s.data(), s.size());
   if (nul) out[s.size()] = '\0';
   return LILIMS_OK;
+}
+
+std::vector<lilims::runtime::Tool> to_tools(const lilims_tool* tools, size_t n) {
+  std::vector<lilims::runtime::Tool> out;
+  for (size_t i = 0; i < n; ++i) {
+    if (!tools[i].name) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[tools] tool " + std::to_string(i) + " has a NULL name");
+    }
+    out.push_back({tools[i].name, tools[i].description ? tools[i].description : "",
+                   tools[i].parameters ? tools[i].parameters : ""});
+  }
+  return out;
 }
 
 void copy_str(char* dst, size_t cap, const std::string& s) {
@@ -457,11 +470,23 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
   if (!session) return null_arg("generate", "session");
   if (!params) return null_arg("generate", "params");
   return guarded([&] {
-    if (params->struct_size < sizeof(lilims_generate_params)) {
+    // Callers built against 0.1.0's header pass the structs without the
+    // fields appended since: those take their defaults.
+    constexpr size_t kParams010 = offsetof(lilims_generate_params, json_schema);
+    constexpr size_t kStats010 = offsetof(lilims_generate_stats, mask_seconds);
+    if (params->struct_size < kParams010) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] params.struct_size is not set");
     }
-    if (out_stats && out_stats->struct_size < sizeof(lilims_generate_stats)) {
+    if (out_stats && out_stats->struct_size < kStats010) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] stats.struct_size is not set");
+    }
+    const bool v020 = params->struct_size >= sizeof(lilims_generate_params);
+    const char* schema = v020 ? params->json_schema : nullptr;
+    const size_t n_tools = v020 ? params->n_tools : 0;
+    if (n_tools > 0 && !params->tools) return null_arg("generate", "tools");
+    if ((schema != nullptr) + (n_tools > 0) + (params->json_object != 0) > 1) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       "[generate] json_object, json_schema and tools exclude each other");
     }
     lilims::runtime::GenerateOptions opt;
     opt.max_tokens = params->max_tokens;
@@ -476,6 +501,11 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     opt.add_bos = params->add_bos != 0;
     opt.parse_special = params->parse_special != 0;
     opt.json = params->json_object != 0;
+    if (schema) {
+      if (!*schema) return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] json_schema is empty");
+      opt.json_schema = schema;
+    }
+    if (n_tools > 0) opt.json_schema = lilims::runtime::tools_schema(to_tools(params->tools, n_tools));
     if (params->on_token) {
       const lilims_token_callback cb = params->on_token;
       void* ud = params->user_data;
@@ -490,8 +520,22 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       out_stats->prompt_seconds = r.prompt_seconds;
       out_stats->generate_seconds = r.generate_seconds;
       out_stats->stop_reason = (int32_t)r.stop;
+      if (out_stats->struct_size >= sizeof(lilims_generate_stats)) {
+        out_stats->mask_seconds = r.mask_seconds;
+      }
     }
     return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_tools_prompt(const lilims_tool* tools, size_t n_tools, char* out_text,
+                                  size_t capacity, size_t* out_len) {
+  if (!out_len) return null_arg("tools_prompt", "out_len");
+  *out_len = 0;
+  if (!tools && n_tools) return null_arg("tools_prompt", "tools");
+  return guarded([&] {
+    const std::string text = lilims::runtime::tools_system_prompt(to_tools(tools, n_tools));
+    return copy_out("tools_prompt", text, out_text, capacity, out_len, true);
   });
 }
 

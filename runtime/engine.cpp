@@ -98,6 +98,18 @@ PlannedSession plan_session(const Model& model, const SessionOptions& opt) {
   return PlannedSession{std::move(g), std::move(p)};
 }
 
+SchemaCache& Model::schema_cache() const {
+  std::call_once(schema_cache_once_, [&] {
+    std::vector<bool> usable(pieces_.size());
+    for (size_t id = 0; id < pieces_.size(); ++id) {
+      usable[id] = !pieces_[id].empty() && !tokenizer_->is_eog((int32_t)id) &&
+                   (int32_t)id != tokenizer_->bos();
+    }
+    schema_cache_ = std::make_unique<SchemaCache>(pieces_, usable);
+  });
+  return *schema_cache_;
+}
+
 uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt) {
   return plan_session(model, opt).plan.mem.session();
 }
@@ -287,6 +299,32 @@ void Session::check_json_room(int64_t left, bool cap_binds) const {
                                            need + " needed)");
 }
 
+void Session::check_schema_room(SchemaConstraint& sc, int64_t left, bool cap_binds) const {
+  const int64_t need = sc.tokens_to_close();
+  if (need <= left) return;
+  // One token may spell more of the value than the single-byte completion.
+  std::vector<uint8_t> allowed(model_.pieces().size());
+  sc.fill_mask(allowed.data());
+  for (int32_t id = 0; id < (int32_t)allowed.size(); ++id) {
+    if (allowed[(size_t)id] && sc.accepts_within(id, left - 1)) return;
+  }
+  if (need >= Grammar::kInfinite) {
+    throw Error(LILIMS_ERR_UNSUPPORTED,
+                "[generate] the vocabulary lacks the single-byte tokens needed to spell a value "
+                "of the schema");
+  }
+  if (cap_binds) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[generate] max_tokens " + std::to_string(left) +
+                    " is too small for a value of the schema: it needs at least " +
+                    std::to_string(need) + " tokens");
+  }
+  throw Error(LILIMS_ERR_CONTEXT_FULL, "[generate] the context has room for " +
+                                           std::to_string(left) +
+                                           " generated tokens, too few for a value of the schema (" +
+                                           std::to_string(need) + " needed)");
+}
+
 GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& prompt,
                                       const GenerateOptions& opt) {
   GenerateResult r;
@@ -307,9 +345,16 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     if (opt.max_tokens > 0) left = std::min<int64_t>(left, (int64_t)opt.max_tokens - made);
     return left;
   };
-  if (opt.json) {
-    const int64_t ctx_left = (int64_t)exec_->n_ctx() - (int64_t)(keep + prompt.size()) + 1;
-    check_json_room(room(0, keep + prompt.size()), opt.max_tokens > 0 && opt.max_tokens < ctx_left);
+  const int64_t ctx_left = (int64_t)exec_->n_ctx() - (int64_t)(keep + prompt.size()) + 1;
+  const bool cap_binds = opt.max_tokens > 0 && opt.max_tokens < ctx_left;
+  if (opt.json && !opt.json_schema.empty()) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] json and json_schema exclude each other");
+  }
+  if (opt.json) check_json_room(room(0, keep + prompt.size()), cap_binds);
+  std::unique_ptr<SchemaConstraint> schema;
+  if (!opt.json_schema.empty()) {
+    schema = std::make_unique<SchemaConstraint>(model_.schema_cache().get(opt.json_schema));
+    check_schema_room(*schema, room(0, keep + prompt.size()), cap_binds);
   }
   if (keep < tokens_.size()) truncate_impl((int32_t)keep);
   try {
@@ -328,6 +373,12 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   const std::function<bool(int32_t)> accept_json = [&](int32_t id) {
     return json_accepts(model_, json, left, id);
   };
+  // The mask holds the tokens the grammar allows; this adds the room check,
+  // asked only of the tokens the sampler considers.
+  const std::function<bool(int32_t)> accept_schema = [&](int32_t id) {
+    return tk.is_eog(id) ? schema->may_end() : schema->accepts_within(id, left - 1);
+  };
+  std::vector<uint8_t> allowed(schema ? (size_t)n_vocab : 0);
   for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
     if (cancel_requested()) {
       r.stop = StopReason::cancelled;
@@ -341,6 +392,16 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       next = sampler.sample(logits_.data(), n_vocab, tokens_, nullptr, &accept_json);
       if (next < 0) {
         throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the JSON output");
+      }
+    } else if (schema) {
+      left = room(i, tokens_.size());
+      const auto tm = std::chrono::steady_clock::now();
+      schema->fill_mask(allowed.data());
+      if (schema->may_end() && tk.eos() >= 0) allowed[(size_t)tk.eos()] = 1;
+      r.mask_seconds += seconds_since(tm);
+      next = sampler.sample(logits_.data(), n_vocab, tokens_, allowed.data(), &accept_schema);
+      if (next < 0) {
+        throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the schema's value");
       }
     } else {
       next = sampler.sample(logits_.data(), n_vocab, tokens_);
@@ -363,6 +424,13 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     if (opt.json) {
       json.feed(model_.pieces()[(size_t)next]);
       if (json.complete()) {
+        r.stop = StopReason::end_of_generation;
+        break;
+      }
+    }
+    if (schema) {
+      schema->advance(next);
+      if (schema->complete()) {
         r.stop = StopReason::end_of_generation;
         break;
       }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "models/model.h"
 #include "runtime/json_constraint.h"
 #include "runtime/sampling.h"
+#include "runtime/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lilims::runtime {
@@ -42,6 +44,8 @@ class Model {
   graph::ModelMemory memory(int32_t n_ctx) const;
   // The single-byte tokens JSON output can always close with.
   const JsonClosers& json_closers() const { return *json_closers_; }
+  // Compiled JSON schemas for this vocabulary (built on first use).
+  SchemaCache& schema_cache() const;
 
  private:
   std::unique_ptr<models::Model> model_;
@@ -51,6 +55,8 @@ class Model {
   std::string name_;
   std::vector<std::string> pieces_;
   std::unique_ptr<JsonClosers> json_closers_;
+  mutable std::once_flag schema_cache_once_;
+  mutable std::unique_ptr<SchemaCache> schema_cache_;
 };
 
 struct SessionOptions {
@@ -95,6 +101,11 @@ struct GenerateOptions {
   // When they leave room for no object, generate throws before evaluating
   // anything.  Only a cancel or an on_token stop can leave it open.
   bool json = false;
+  // Constrain the output to one JSON value valid for this JSON Schema
+  // (json_schema.h says which keywords); the same guarantees as `json`.  An
+  // invalid or unsupported schema throws LILIMS_ERR_INVALID_ARGUMENT before
+  // anything is evaluated.  Empty: no schema.
+  std::string json_schema;
   // Called with each token and the complete UTF-8 text it completes; return
   // true to stop.
   std::function<bool(int32_t token, const std::string& text)> on_token;
@@ -106,6 +117,7 @@ struct GenerateResult {
   int32_t n_prompt_tokens = 0;
   double prompt_seconds = 0.0;
   double generate_seconds = 0.0;
+  double mask_seconds = 0.0;  // computing schema token masks (part of generate_seconds)
   StopReason stop = StopReason::max_tokens;
 };
 
@@ -185,6 +197,8 @@ class Session {
   void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
   // Throws unless a JSON object fits in `left` tokens.
   void check_json_room(int64_t left, bool cap_binds) const;
+  // Same for a schema's value, from its start.
+  void check_schema_room(SchemaConstraint& sc, int64_t left, bool cap_binds) const;
   bool cancel_requested() const { return (state_.load(std::memory_order_acquire) & kCancel) != 0; }
 
   const Model& model_;

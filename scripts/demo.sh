@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian machine: installs what the build needs,
 # builds lilims, fetches the default model (SmolLM2-135M-Instruct, once) and
-# asks it for text, then for JSON.
+# asks it for text, then for a tool call (examples/tools).
 #   scripts/demo.sh ["your prompt"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +13,9 @@ prompt=${1:-"Give me three tips for staying focused while studying."}
 echo "== text: $prompt"
 build/lilims run -m "$model" -p "$prompt" -n 160 --temp 0
 
-system='Convert the request into a JSON function call with the keys "action" and "app".'
-request='I want to take a photo, open the camera'
+request='Open the camera.'
 echo
-echo "== JSON (output constrained to one valid JSON object): $request"
-build/lilims run -m "$model" --system "$system" -p "$request" -n 64 --temp 0 --json
+echo "== tool call (output constrained to one of examples/tools): $request"
+tools=()
+for t in examples/tools/*.json; do tools+=(--tools "$t"); done
+build/lilims run -m "$model" -p "$request" -n 64 --temp 0 "${tools[@]}"

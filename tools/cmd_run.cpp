@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
+#include "runtime/tools.h"
 #include "tokenizer/chat.h"
 #include "tools/cli.h"
 #include "tools/common.h"
@@ -31,6 +32,11 @@ void usage() {
                "                         special tokens (by default it is plain text: only the\n"
                "                         template's markers are; --raw prompts always parse it)\n"
                "  --json                 the output is one strictly valid JSON object\n"
+               "  --json-schema FILE|JSON  the output is one JSON value valid for this JSON Schema\n"
+               "                         (a file, or the schema itself when it starts with '{')\n"
+               "  --tools FILE           tools the model may call (one tool object or an array;\n"
+               "                         repeatable): they are described in the system turn and\n"
+               "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
                "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
                "  --temp T               temperature (default 0: greedy)\n"
                "  --top-k K              keep the K most likely tokens (default 40; 0: off)\n"
@@ -53,7 +59,8 @@ void usage() {
 
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
-  std::string prompt, prompt_file, system_prompt, template_name;
+  std::string prompt, prompt_file, system_prompt, template_name, schema_arg;
+  std::vector<std::string> tool_files;
   bool have_prompt = false, raw = false, quiet = false, special_in_prompt = false;
   runtime::GenerateOptions gen;
   gen.max_tokens = 128;
@@ -83,6 +90,10 @@ int run_main(int argc, char** argv) {
         template_name = next();
       } else if (a == "--json") {
         gen.json = true;
+      } else if (a == "--json-schema") {
+        schema_arg = next();
+      } else if (a == "--tools") {
+        tool_files.push_back(next());
       } else if (a == "-q" || a == "--quiet") {
         quiet = true;
       } else if (tools::parse_sampling(a, next, gen.sampling)) {
@@ -95,6 +106,9 @@ int run_main(int argc, char** argv) {
       }
     }
     if (!have_prompt) throw std::invalid_argument("a prompt is needed (-p TEXT or -f FILE)");
+    if (gen.json + !schema_arg.empty() + !tool_files.empty() > 1) {
+      throw std::invalid_argument("--json, --json-schema and --tools exclude each other");
+    }
   } catch (const std::invalid_argument& e) {
     cli::fail("run", std::string(e.what()) + " (see lilims run --help)");
     return 2;
@@ -102,12 +116,32 @@ int run_main(int argc, char** argv) {
 
   try {
     if (!prompt_file.empty()) prompt = tools::read_text_file(prompt_file);
+    std::string tools_text;
+    if (!schema_arg.empty()) {
+      const size_t first = schema_arg.find_first_not_of(" \t\r\n");
+      gen.json_schema = first != std::string::npos && schema_arg[first] == '{'
+                            ? schema_arg
+                            : tools::read_text_file(schema_arg);
+    }
+    if (!tool_files.empty()) {
+      std::vector<runtime::Tool> all;
+      for (const std::string& f : tool_files) {
+        for (runtime::Tool& t : runtime::parse_tools(tools::read_text_file(f))) all.push_back(std::move(t));
+      }
+      gen.json_schema = runtime::tools_schema(all);
+      tools_text = runtime::tools_system_prompt(all);
+    }
+    const bool constrained = gen.json || !gen.json_schema.empty();
     auto model = tools::open_model(common);
     runtime::Session session(*model, common.session_options());
     const std::string tmpl = template_name.empty() ? model->chat_template() : template_name;
     std::vector<int32_t> ids;
     if (!raw && !tmpl.empty()) {
       std::vector<tok::ChatMessage> msgs;
+      // The tools join the system turn (after the caller's own system text).
+      if (!tools_text.empty()) {
+        system_prompt = system_prompt.empty() ? tools_text : system_prompt + "\n\n" + tools_text;
+      }
       if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
       msgs.push_back({"user", prompt});
       ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, true, special_in_prompt);
@@ -115,11 +149,13 @@ int run_main(int argc, char** argv) {
       if (!raw && !system_prompt.empty()) {
         std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
       }
-      ids = model->tokenizer().encode(prompt, true, true);  // a raw prompt is the caller's own
+      // A raw prompt is the caller's own; tools, if any, go before it.
+      if (!tools_text.empty()) prompt = tools_text + "\n\n" + prompt;
+      ids = model->tokenizer().encode(prompt, true, true);
     }
-    // A JSON object is printed only once it is complete, so a failure never
+    // A JSON value is printed only once it is complete, so a failure never
     // leaves half a value on stdout.
-    if (!gen.json) {
+    if (!constrained) {
       gen.on_token = [](int32_t, const std::string& piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
@@ -127,12 +163,12 @@ int run_main(int argc, char** argv) {
       };
     }
     if (gen.max_tokens == 0) {
-      if (gen.json) return cli::fail("run", "-n 0 leaves no room for a JSON object");
+      if (constrained) return cli::fail("run", "-n 0 leaves no room for a JSON value");
       return 0;  // nothing asked for
     }
     if (gen.max_tokens < 0) gen.max_tokens = 0;  // the runtime's "no limit"
     const runtime::GenerateResult r = session.generate_tokens(ids, gen);
-    if (gen.json) {
+    if (constrained) {
       if (r.stop != runtime::StopReason::end_of_generation) {
         return cli::fail("run", "the JSON output did not close");
       }

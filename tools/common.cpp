@@ -120,6 +120,10 @@ void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Ses
                r.prompt_seconds > 0 ? r.n_prompt_tokens / r.prompt_seconds : 0.0, n,
                r.generate_seconds, r.generate_seconds > 0 ? n / r.generate_seconds : 0.0,
                s.n_threads(), kernels::isa_name(kernels::active_isa()));
+  if (r.mask_seconds > 0) {
+    std::fprintf(out, "[lilims] schema masks: %.3f s (%.1f us per token)\n", r.mask_seconds,
+                 n > 0 ? 1e6 * r.mask_seconds / n : 0.0);
+  }
 }
 
 }  // namespace lilims::tools

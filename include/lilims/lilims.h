@@ -236,6 +236,13 @@ lilims_sampling_params lilims_sampling_default_params(void);
 typedef int (*lilims_token_callback)(void *user_data, lilims_token token, const char *text,
                                      size_t text_len);
 
+/* A function the model may call (lilims_generate_params.tools). */
+typedef struct lilims_tool {
+  const char *name;        /* UTF-8, unique within the list */
+  const char *description; /* may be NULL */
+  const char *parameters;  /* JSON Schema (an object) of the arguments; NULL = no arguments */
+} lilims_tool;
+
 typedef struct lilims_generate_params {
   size_t struct_size;
   int32_t max_tokens;        /* stop after this many new tokens (<= 0: until EOS or context full) */
@@ -246,6 +253,17 @@ typedef struct lilims_generate_params {
                                 ends when it closes (constrained decoding) */
   lilims_token_callback on_token;
   void *user_data;
+  /* Appended after 0.1.0 (a caller built against 0.1.0's header gets NULL / 0). */
+  /* A JSON Schema (UTF-8 JSON text): the output is one JSON value valid for
+   * it, with the guarantees of json_object.  NULL = none.  The keywords
+   * lilims supports are listed in the README; any other is refused with
+   * LILIMS_ERR_INVALID_ARGUMENT naming it. */
+  const char *json_schema;
+  /* n_tools > 0: the output is {"name": <one of the names>, "arguments":
+   * <that tool's arguments>}.  Describe the tools to the model in the prompt
+   * (lilims_tools_prompt).  Excludes json_schema and json_object. */
+  const lilims_tool *tools;
+  size_t n_tools;
 } lilims_generate_params;
 
 lilims_generate_params lilims_generate_default_params(void);
@@ -257,19 +275,30 @@ typedef struct lilims_generate_stats {
   double prompt_seconds;   /* time to evaluate the prompt (time to first token) */
   double generate_seconds; /* time for the generated tokens after the first */
   int32_t stop_reason;     /* 0 max_tokens, 1 end of generation token, 2 callback, 3 context full, 4 cancelled */
+  /* Appended after 0.1.0: */
+  double mask_seconds;     /* computing token masks for json_schema / tools (part of generate_seconds) */
 } lilims_generate_stats;
 
 /* Appends the prompt (raw text, tokenized here; may be empty) to the session,
  * then generates up to max_tokens tokens, calling on_token for each.  stats
  * may be NULL.  Every parameter is checked before the prompt is evaluated: a
  * rejected call leaves the session as it was.
- * json_object: the object closes within max_tokens and the context (stop
- * reason 1); when they leave no room for one the call fails up front
- * (LILIMS_ERR_INVALID_ARGUMENT for max_tokens, LILIMS_ERR_CONTEXT_FULL for the
- * context).  Only a cancel (4) or a callback stop (2) can leave it open. */
+ * json_object, json_schema, tools: the value closes within max_tokens and the
+ * context (stop reason 1); when they leave no room for one the call fails up
+ * front (LILIMS_ERR_INVALID_ARGUMENT for max_tokens, LILIMS_ERR_CONTEXT_FULL
+ * for the context).  Only a cancel (4) or a callback stop (2) can leave it
+ * open. */
 lilims_status lilims_generate(lilims_session *session, const char *prompt,
                               const lilims_generate_params *params,
                               lilims_generate_stats *out_stats);
+
+/* The system prompt lilims uses to describe tools to a model whose chat
+ * template has no tool syntax of its own: one line of JSON per tool
+ * ({"name", "description", "parameters"}), then the answer format.  Put it in
+ * the system message; constrain the answer with lilims_generate_params.tools.
+ * Same capacity rule as lilims_tokenize; NUL-terminated when it fits. */
+lilims_status lilims_tools_prompt(const lilims_tool *tools, size_t n_tools, char *out_text,
+                                  size_t capacity, size_t *out_len);
 
 /* Asks the eval/generate running on the session at this moment to stop soon
  * (any thread).  The call it interrupts returns LILIMS_ERR_CANCELLED (generate

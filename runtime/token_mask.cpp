@@ -1,0 +1,222 @@
+#include "runtime/token_mask.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "runtime/json_schema.h"
+
+namespace lilims::runtime {
+
+TokenTrie::TokenTrie(const std::vector<std::string>& pieces, const std::vector<bool>& usable)
+    : pieces_(&pieces), usable_(usable), n_vocab_((int32_t)pieces.size()) {
+  usable_.resize(pieces.size(), false);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    if (pieces[id].empty()) usable_[id] = false;
+    if (!usable_[id]) continue;
+    order_.push_back((int32_t)id);
+    if (pieces[id].size() == 1) single_[(uint8_t)pieces[id][0]] = true;
+    max_piece_ = std::max(max_piece_, pieces[id].size());
+  }
+  std::sort(order_.begin(), order_.end(),
+            [&](int32_t a, int32_t b) { return pieces[(size_t)a] < pieces[(size_t)b]; });
+  nodes_.emplace_back();
+  nodes_[0].tok_begin = 0;
+  nodes_[0].tok_end = (int32_t)order_.size();
+  build(0, 0);
+}
+
+// Splits the node's token range by the byte at `depth`; children are made
+// contiguous before any of them is split further.
+void TokenTrie::build(int32_t node, size_t depth) {
+  const auto byte_at = [&](int32_t k) { return (uint8_t)piece(order_[(size_t)k])[depth]; };
+  int32_t k = nodes_[(size_t)node].tok_begin;
+  const int32_t end = nodes_[(size_t)node].tok_end;
+  while (k < end && piece(order_[(size_t)k]).size() == depth) ++k;
+  nodes_[(size_t)node].tok_mid = k;
+  const int32_t first = (int32_t)nodes_.size();
+  while (k < end) {
+    Node c;
+    c.byte = byte_at(k);
+    c.tok_begin = k;
+    while (k < end && byte_at(k) == c.byte) ++k;
+    c.tok_end = k;
+    nodes_.push_back(c);
+  }
+  const int32_t last = (int32_t)nodes_.size();
+  nodes_[(size_t)node].child_begin = first;
+  nodes_[(size_t)node].child_end = last;
+  for (int32_t c = first; c < last; ++c) build(c, depth + 1);
+}
+
+CompiledSchema::CompiledSchema(Grammar g, std::shared_ptr<const TokenTrie> trie)
+    : g_(std::move(g)), trie_(std::move(trie)), masks_(g_.nodes.size()) {
+  dist_ = g_.distances_to_end(trie_->single_bytes(), nullptr);
+  alias_.resize(g_.nodes.size());
+  std::iota(alias_.begin(), alias_.end(), 0);
+  // No token spans more than D characters (each takes a byte at least), so
+  // positions with at least D characters to go before the minimum (cannot
+  // close yet) share one mask, and so do positions past the minimum with at
+  // least D characters left before the maximum (may close or go on).
+  const int64_t d = (int64_t)trie_->max_piece();
+  for (const Grammar::CharRun& run : g_.char_runs) {
+    const int64_t max = run.bounded ? (int64_t)run.nodes.size() - 1 : -1;
+    int32_t open = -1, free = -1;
+    for (size_t k = 0; k < run.nodes.size(); ++k) {
+      const int64_t i = (int64_t)k;
+      const int32_t node = run.nodes[k];
+      if (run.min - i >= d) {
+        if (open < 0) open = node;
+        alias_[(size_t)node] = open;
+      } else if (run.bounded && i >= run.min && max - i >= d) {
+        if (free < 0) free = node;
+        alias_[(size_t)node] = free;
+      }
+    }
+  }
+}
+
+int64_t CompiledSchema::walks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return walks_;
+}
+
+const CompiledSchema::NodeMask& CompiledSchema::node_mask(int32_t node) const {
+  node = alias_[(size_t)node];
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<NodeMask>& m = masks_[(size_t)node];
+  if (!m) {
+    m = std::make_unique<NodeMask>(walk(node));
+    ++walks_;
+  }
+  return *m;
+}
+
+CompiledSchema::NodeMask CompiledSchema::walk(int32_t node) const {
+  const TokenTrie& t = *trie_;
+  const std::vector<TokenTrie::Node>& tn = t.nodes();
+  const std::vector<int32_t>& order = t.order();
+  NodeMask out;
+  out.accepted.assign(((size_t)t.n_vocab() + 63) / 64, 0);
+  GrammarMatcher m(g_, node);
+  const auto accept = [&](int32_t id) { out.accepted[(size_t)id >> 6] |= 1ull << (id & 63); };
+  const auto uncertain_range = [&](int32_t a, int32_t b) {
+    for (int32_t k = a; k < b; ++k) out.uncertain.push_back(order[(size_t)k]);
+  };
+  // Depth-first over the trie; states[d] is the state after d bytes.
+  struct Item {
+    int32_t trie_node;
+    int32_t next_child;
+    bool popped_before;  // the rule could end at a proper prefix of what follows
+  };
+  std::vector<int32_t> states(1, m.intern_state(m.start()));
+  std::vector<Item> stack{{0, tn[0].child_begin, m.start().popped}};
+  while (!stack.empty()) {
+    Item& it = stack.back();
+    if (it.next_child >= tn[(size_t)it.trie_node].child_end) {
+      stack.pop_back();
+      continue;
+    }
+    const int32_t c = it.next_child++;
+    const bool popped_before = it.popped_before;
+    const size_t depth = stack.size();
+    if (states.size() <= depth) states.resize(depth + 1);
+    const TokenTrie::Node& n = tn[(size_t)c];
+    states[depth] = m.step_id(states[depth - 1], n.byte);
+    const GrammarMatcher::State& s = m.state_at(states[depth]);
+    if (!GrammarMatcher::dead(s)) {
+      for (int32_t k = n.tok_begin; k < n.tok_mid; ++k) accept(order[(size_t)k]);
+    } else if (popped_before) {
+      uncertain_range(n.tok_begin, n.tok_mid);
+    }
+    if (!s.tops.empty()) {
+      if (n.child_begin < n.child_end) stack.push_back({c, n.child_begin, popped_before || s.popped});
+    } else if (popped_before || s.popped) {
+      uncertain_range(n.tok_mid, n.tok_end);
+    }
+  }
+  return out;
+}
+
+SchemaCache::SchemaCache(const std::vector<std::string>& pieces, const std::vector<bool>& usable)
+    : trie_(std::make_shared<TokenTrie>(pieces, usable)) {}
+
+std::shared_ptr<const CompiledSchema> SchemaCache::get(const std::string& schema_text) {
+  const std::string canon = canonical_json_schema(schema_text);
+  const uint64_t key = XXH3_64bits(canon.data(), canon.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = map_.find(key); it != map_.end()) return it->second;
+  }
+  auto compiled = std::make_shared<const CompiledSchema>(compile_json_schema(canon), trie_);
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.emplace(key, std::move(compiled)).first->second;
+}
+
+size_t SchemaCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.size();
+}
+
+SchemaConstraint::SchemaConstraint(std::shared_ptr<const CompiledSchema> schema)
+    : schema_(std::move(schema)), m_(schema_->grammar()), state_(m_.start()) {}
+
+void SchemaConstraint::fill_mask(uint8_t* allowed) {
+  const TokenTrie& t = schema_->trie();
+  const size_t words = ((size_t)t.n_vocab() + 63) / 64;
+  masks_.clear();
+  for (int32_t top : state_.tops) {
+    const CompiledSchema::NodeMask* nm = &schema_->node_mask(m_.node_of(top));
+    if (std::find(masks_.begin(), masks_.end(), nm) == masks_.end()) masks_.push_back(nm);
+  }
+  const uint64_t* bits;
+  bool own = masks_.size() != 1;
+  for (const CompiledSchema::NodeMask* nm : masks_) own |= !nm->uncertain.empty();
+  if (own) {
+    bits_.assign(words, 0);
+    for (const CompiledSchema::NodeMask* nm : masks_) {
+      for (size_t w = 0; w < words; ++w) bits_[w] |= nm->accepted[w];
+    }
+    for (const CompiledSchema::NodeMask* nm : masks_) {
+      for (int32_t id : nm->uncertain) {
+        if (bits_[(size_t)id >> 6] >> (id & 63) & 1) continue;
+        if (accepts(id)) bits_[(size_t)id >> 6] |= 1ull << (id & 63);
+      }
+    }
+    bits = bits_.data();
+  } else {
+    bits = masks_[0]->accepted.data();  // one node, nothing to check: its mask as it is
+  }
+  // Most words are all zeros or all ones: whole runs of 64 tokens at once.
+  const size_t n = (size_t)t.n_vocab();
+  for (size_t w = 0; w < words; ++w) {
+    const size_t base = w * 64, len = std::min<size_t>(64, n - base);
+    const uint64_t b = bits[w];
+    if (b == 0 || b == ~0ull) {
+      std::memset(allowed + base, b ? 1 : 0, len);
+      continue;
+    }
+    for (size_t k = 0; k < len; ++k) allowed[base + k] = (uint8_t)(b >> k & 1);
+  }
+}
+
+bool SchemaConstraint::accepts(int32_t id) {
+  const TokenTrie& t = schema_->trie();
+  if (id < 0 || id >= t.n_vocab() || !t.usable(id)) return false;
+  return m_.feed(state_, t.piece(id), &probe_) && !GrammarMatcher::dead(probe_);
+}
+
+bool SchemaConstraint::accepts_within(int32_t id, int64_t left) {
+  return accepts(id) && m_.min_completion(probe_, schema_->dist()) <= left;
+}
+
+bool SchemaConstraint::advance(int32_t id) {
+  if (!accepts(id)) return false;
+  std::swap(state_, probe_);
+  return true;
+}
+
+}  // namespace lilims::runtime

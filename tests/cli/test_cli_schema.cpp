@@ -1,0 +1,84 @@
+// `lilims run --json-schema` and `--tools`: stdout carries exactly one JSON
+// value valid for the schema (or the tool call), else nothing and a one-line
+// error; the README's example tool files work as written.
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+namespace lilims::test::cli {
+namespace {
+
+#define REQUIRE_SMOL() LILIMS_REQUIRE_FILE(smollm2_path(), kSmolFrom)
+
+std::vector<std::string> tool_args() {
+  std::vector<std::string> a;
+  for (const char* t : {"open_app", "set_timer", "send_message", "take_photo", "navigate"}) {
+    a.push_back("--tools");
+    a.push_back(source_path("examples/tools/") + t + ".json");
+  }
+  return a;
+}
+
+nlohmann::json parse_out(const Result& r) {
+  expect_no_crash(r);
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_FALSE(r.out.empty()) << r.describe();
+  if (r.out.empty()) return nullptr;
+  EXPECT_EQ(r.out.back(), '\n');
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stdout is not one JSON value: " << e.what() << "\n" << r.describe();
+    return nullptr;
+  }
+}
+
+TEST(CliSchema, ToolsOpenTheCamera) {
+  REQUIRE_SMOL();
+  std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Open the camera.", "-t", "1", "-q"};
+  for (const std::string& a : tool_args()) args.push_back(a);
+  const nlohmann::json j = parse_out(run(args));
+  ASSERT_TRUE(j.is_object()) << j.dump();
+  EXPECT_EQ(j.at("name"), "open_app") << j.dump();
+  EXPECT_EQ(j.at("arguments").at("app"), "camera") << j.dump();
+}
+
+TEST(CliSchema, SchemaInlineAndFromFile) {
+  REQUIRE_SMOL();
+  const std::string schema =
+      R"({"type":"object","properties":{"city":{"type":"string","maxLength":20},"days":{"type":"integer","minimum":1,"maximum":14}},"required":["city","days"],"additionalProperties":false})";
+  const std::string file = tmp_path("trip_schema.json");
+  write_bytes(file, schema);
+  for (const std::string& s : {schema, file}) {
+    const nlohmann::json j = parse_out(run({"run", "-m", smollm2_path(), "-p",
+                                            "A week in Lisbon, as JSON.", "--json-schema", s,
+                                            "-t", "1", "-q", "-n", "48"}));
+    ASSERT_TRUE(j.is_object()) << j.dump();
+    EXPECT_LE(j.at("city").get<std::string>().size(), 20u);
+    const int days = j.at("days").get<int>();
+    EXPECT_TRUE(days >= 1 && days <= 14) << j.dump();
+  }
+}
+
+TEST(CliSchema, Errors) {
+  REQUIRE_SMOL();
+  const std::string m = smollm2_path();
+  expect_failure(run({"run", "-m", m, "-p", "x", "--json-schema", R"({"type":"object","not":{}})"}),
+                 "run", "unsupported keyword 'not'");
+  expect_failure(run({"run", "-m", m, "-p", "x", "--json-schema", "{\"type\":"}), "run",
+                 "[json-schema] malformed schema");
+  expect_failure(run({"run", "-m", m, "-p", "x", "--json-schema", tmp_path("no_such_schema.json")}),
+                 "run", "no_such_schema.json");
+  expect_failure(run({"run", "-m", m, "-p", "x", "--json-schema", R"({"type":"string","minLength":30})",
+                      "-n", "5"}),
+                 "run", "too small for a value of the schema");
+  expect_failure(run({"run", "-m", m, "-p", "x", "--json", "--json-schema", "{}"}), "run",
+                 "exclude each other", false);
+  const std::string bad_tools = tmp_path("bad_tools.json");
+  write_bytes(bad_tools, R"([{"name":"a"},{"name":"a"}])");
+  expect_failure(run({"run", "-m", m, "-p", "x", "--tools", bad_tools}), "run",
+                 "[tools] two tools are named 'a'");
+}
+
+}  // namespace
+}  // namespace lilims::test::cli
