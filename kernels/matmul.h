@@ -52,8 +52,9 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
 enum class Feature { none, avx2, neon, dotprod, i8mm };
 bool feature_available(Feature f);
 
-// Activation format a weight type is multiplied with.
-// Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 -> F32 rows.
+// Activation format a weight type is multiplied with (quant::traits(weight
+// type).act_type): Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->
+// F32 rows.
 quant::Type act_type(quant::Type weight_type);
 // Bytes of one activation row of k elements in that format.
 size_t act_row_bytes(quant::Type weight_type, int64_t k);

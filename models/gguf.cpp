@@ -852,16 +852,7 @@ void Writer::write(const std::string& path) const {
 
 namespace lilims::gguf {
 
-int file_type_of(quant::Type type) {
-  switch (type) {
-    case quant::Type::F32: return 0;
-    case quant::Type::F16: return 1;
-    case quant::Type::Q4_0: return 2;
-    case quant::Type::Q4_1: return 3;
-    case quant::Type::Q8_0: return 7;
-    default: return -1;
-  }
-}
+int file_type_of(quant::Type type) { return quant::traits(type).file_type; }
 
 Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt) {
   const int ftype = file_type_of(type);
