@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
-#include "kernels/ref/quantize_act_ref.h"
+#include "kernels/ref/quantize_q8_ref.h"
 #include "quant/repack.h"
 
 namespace lilims::kernels {
