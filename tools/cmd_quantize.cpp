@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/gguf.h"
+#include "models/requantize.h"
 #include "tools/cli.h"
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include "kernels/matmul.h"
 #include "models/gguf.h"
+#include "models/requantize.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 #include "quant/repack.h"
