@@ -2,15 +2,15 @@
 list(APPEND LILIMS_KERNEL_SOURCES
   matmul_dispatch.cpp
   ref/matmul_ref.cpp
-  ref/quantize_act_ref.cpp)
+  ref/quantize_q8_ref.cpp)
 list(APPEND LILIMS_AVX2_SOURCES
   x86/matmul_gemm_x4_avx2.cpp
   x86/matmul_f32_gemm_avx2.cpp
-  x86/matmul_quantize_act_avx2.cpp)
+  x86/quantize_q8_avx2.cpp)
 list(APPEND LILIMS_NEON_SOURCES
   arm/matmul_gemm_x4_neon.cpp
   arm/matmul_f32_gemm_neon.cpp
-  arm/matmul_quantize_act_neon.cpp)
+  arm/quantize_q8_neon.cpp)
 list(APPEND LILIMS_DOTPROD_SOURCES
   arm/matmul_gemm_x4_neon_dotprod.cpp)
 list(APPEND LILIMS_I8MM_SOURCES

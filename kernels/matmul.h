@@ -52,14 +52,16 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
 enum class Feature { none, avx2, neon, dotprod, i8mm };
 bool feature_available(Feature f);
 
-// Activation format a weight type is multiplied with.
-// Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 -> F32 rows.
+// Activation format a weight type is multiplied with (quant::traits(weight
+// type).act_type): Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->
+// F32 rows.
 quant::Type act_type(quant::Type weight_type);
 // Bytes of one activation row of k elements in that format.
 size_t act_row_bytes(quant::Type weight_type, int64_t k);
 
-// Quantizes one row of k floats (k % 32 == 0) into blocks (BlockQ8_0 / BlockQ8_1).
-// Every variant gives bit-identical output to the __ref one.
+// Quantizes one row of k floats (k % 32 == 0) into blocks (BlockQ8_0 / BlockQ8_1)
+// by the one Q8 rule of quant/quantize.h.  Every variant gives bit-identical
+// output to the __ref one, which is that rule.
 using QuantizeRowFn = void (*)(const float* x, void* y, int64_t k);
 
 // Y[j * ldy + r] = dot(row r of W, activation row j), for r in [r0, r1) and
@@ -79,7 +81,7 @@ struct MatmulKernel {
 };
 
 struct QuantizeKernel {
-  const char* name;   // e.g. "quantize_act_q8_0__avx2"
+  const char* name;   // e.g. "quantize_row_q8_0__avx2"
   quant::Type type;   // Q8_0 or Q8_1
   Isa isa;
   Feature needs;

@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
-#include "kernels/ref/quantize_act_ref.h"
+#include "kernels/ref/quantize_q8_ref.h"
 #include "quant/repack.h"
 
 namespace lilims::kernels {
@@ -56,21 +56,10 @@ bool feature_available(Feature f) {
   return false;
 }
 
-quant::Type act_type(quant::Type wtype) {
-  switch (wtype) {
-    case quant::Type::Q8_0:
-    case quant::Type::Q4_0: return quant::Type::Q8_0;
-    case quant::Type::Q4_1: return quant::Type::Q8_1;
-    default: return quant::Type::F32;
-  }
-}
+quant::Type act_type(quant::Type wtype) { return quant::traits(wtype).act_type; }
 
 size_t act_row_bytes(quant::Type wtype, int64_t k) {
-  switch (act_type(wtype)) {
-    case quant::Type::Q8_0: return (size_t)(k / quant::kBlock) * sizeof(quant::BlockQ8_0);
-    case quant::Type::Q8_1: return (size_t)(k / quant::kBlock) * sizeof(quant::BlockQ8_1);
-    default: return (size_t)k * sizeof(float);
-  }
+  return quant::row_bytes(act_type(wtype), k);
 }
 
 namespace {
@@ -105,14 +94,14 @@ const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout)
 
 const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
   const quant::Type a = act_type(wtype);
-  if (a == quant::Type::F32) return nullptr;
+  if (quant::traits(a).block_size == 1) return nullptr;  // float activations
   return pick(quantize_kernels(), isa, [&](const QuantizeKernel& q) { return q.type == a; });
 }
 
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
                          bool allow_repack, SourceDone source_done) {
   const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
-  if (!t || type == quant::Type::Q8_1) {
+  if (!t) {
     throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[matmul] unsupported weight type ") +
                                             quant::ggml_type_name((uint32_t)type));
   }

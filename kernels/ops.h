@@ -85,8 +85,8 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   // Bit-exact with base/fp16.h (round to nearest even, NaN as it does).
   void (*fp32_to_fp16)(const float* x, uint16_t* y, int64_t n);
   void (*fp16_to_fp32)(const uint16_t* x, float* y, int64_t n);
-  // n % 32 == 0; y: n/32 BlockQ8_0.  Bit-exact with the ref (d = max|x|/127,
-  // q = round-half-away(x / d)), as ggml's reference quantizer does it.
+  // n % 32 == 0; y: n/32 BlockQ8_0, by the one Q8 rule of quant/quantize.h
+  // (the same function as the matmul's Q8_0 activation quantizer).
   void (*quantize_row_q8_0)(const float* x, void* y, int64_t n);
   // Query heads [head_begin, head_end) of every query row; the caller threads
   // over head ranges (best split at kv-group boundaries, so a group's K/V

@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "quant/quantize.h"
+#include "quant/quant.h"
 
 namespace lilims::gguf {
 
@@ -202,22 +202,5 @@ class Writer {
   std::vector<KeyValue> kv_;
   std::vector<PendingTensor> tensors_;
 };
-
-// Re-quantization (`lilims quantize`).  Every 2-D *.weight tensor whose row
-// length is a multiple of the target's block size (token_embd included) is
-// dequantized to float and quantized to `type`; 1-D tensors become F32;
-// anything else is copied.  All metadata is kept, general.file_type set
-// (F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7) and, for block types,
-// general.quantization_version = 2.  Throws LILIMS_ERR_UNSUPPORTED for a
-// source tensor lilims cannot read, LILIMS_ERR_INVALID_ARGUMENT for a target
-// type other than F32/F16/Q4_0/Q4_1/Q8_0.
-struct RequantizeOptions {
-  quant::QuantMethod method = quant::QuantMethod::search;
-  // Called before each tensor (index, count, info); may be empty.
-  std::function<void(size_t, size_t, const TensorInfo&)> progress;
-};
-Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt = {});
-// general.file_type for a target type (-1 if not one of the above).
-int file_type_of(quant::Type type);
 
 }  // namespace lilims::gguf

@@ -1,8 +1,10 @@
 #include "quant/quant.h"
 
-#include <cstdio>
+#include <cctype>
+#include <cstring>
 
 #include "base/fp16.h"
+#include "quant/quantize.h"
 
 namespace lilims::quant {
 namespace {
@@ -19,6 +21,14 @@ void f16_to_float(const void* src, float* dst, int64_t n) {
 
 void q8_0_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kBlock; ++j) dst[i * kBlock + j] = d * b[i].q[j];
+  }
+}
+
+void q8_1_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ8_1* b = static_cast<const BlockQ8_1*>(src);
   for (int64_t i = 0; i < n / kBlock; ++i) {
     const float d = fp16_to_fp32(b[i].d);
     for (int j = 0; j < kBlock; ++j) dst[i * kBlock + j] = d * b[i].q[j];
@@ -48,19 +58,68 @@ void q4_1_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+void f32_from_float(const float* x, void* y, int64_t n, QuantMethod) {
+  std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+}
+void f16_from_float(const float* x, void* y, int64_t n, QuantMethod) {
+  quantize_row_f16(x, static_cast<uint16_t*>(y), n);
+}
+void q8_0_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
+  quantize_row_q8_0(x, static_cast<BlockQ8_0*>(y), n, m);
+}
+void q8_1_from_float(const float* x, void* y, int64_t n, QuantMethod) {
+  quantize_row_q8_1(x, static_cast<BlockQ8_1*>(y), n);
+}
+void q4_0_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
+  quantize_row_q4_0(x, static_cast<BlockQ4_0*>(y), n, m);
+}
+void q4_1_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
+  quantize_row_q4_1(x, static_cast<BlockQ4_1*>(y), n, m);
+}
+
+// file_type: llama.cpp's LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
+// MOSTLY_Q4_1 3, MOSTLY_Q8_0 7.
 const TypeTraits kTraits[] = {
-    {Type::F32, "F32", 1, 4, f32_to_float},
-    {Type::F16, "F16", 1, 2, f16_to_float},
-    {Type::Q4_0, "Q4_0", kBlock, sizeof(BlockQ4_0), q4_0_to_float},
-    {Type::Q4_1, "Q4_1", kBlock, sizeof(BlockQ4_1), q4_1_to_float},
-    {Type::Q8_0, "Q8_0", kBlock, sizeof(BlockQ8_0), q8_0_to_float},
+    // type, name, block_size, block_bytes, scale_bytes, to_float, from_float,
+    //   act_type, repack, weight, file_type
+    {Type::F32, "F32", 1, 4, 0, f32_to_float, f32_from_float, Type::F32, Repack::none, true, 0},
+    {Type::F16, "F16", 1, 2, 0, f16_to_float, f16_from_float, Type::F32, Repack::none, true, 1},
+    {Type::Q4_0, "Q4_0", kBlock, sizeof(BlockQ4_0), 2, q4_0_to_float, q4_0_from_float, Type::Q8_0,
+     Repack::x4, true, 2},
+    {Type::Q4_1, "Q4_1", kBlock, sizeof(BlockQ4_1), 4, q4_1_to_float, q4_1_from_float, Type::Q8_1,
+     Repack::x4, true, 3},
+    {Type::Q8_0, "Q8_0", kBlock, sizeof(BlockQ8_0), 2, q8_0_to_float, q8_0_from_float, Type::Q8_0,
+     Repack::x4, true, 7},
+    {Type::Q8_1, "Q8_1", kBlock, sizeof(BlockQ8_1), 4, q8_1_to_float, q8_1_from_float, Type::Q8_1,
+     Repack::none, false, -1},
 };
 
 }  // namespace
 
+const TypeTraits& traits(Type type) {
+  for (const TypeTraits& t : kTraits) {
+    if (t.type == type) return t;
+  }
+  // Every enumerator has an entry (tests/quant/test_traits.cpp checks it);
+  // an out-of-range cast lands here.
+  return kTraits[0];
+}
+
 const TypeTraits* type_traits(uint32_t ggml_type) {
   for (const TypeTraits& t : kTraits) {
-    if (static_cast<uint32_t>(t.type) == ggml_type) return &t;
+    if (static_cast<uint32_t>(t.type) == ggml_type && t.weight) return &t;
+  }
+  return nullptr;
+}
+
+const TypeTraits* type_traits_by_name(const std::string& name) {
+  for (const TypeTraits& t : kTraits) {
+    if (!t.weight || std::strlen(t.name) != name.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < name.size() && same; ++i) {
+      same = std::toupper(static_cast<unsigned char>(name[i])) == t.name[i];
+    }
+    if (same) return &t;
   }
   return nullptr;
 }
@@ -77,9 +136,8 @@ const char* ggml_type_name(uint32_t t) {
 }
 
 size_t row_bytes(Type type, int64_t n) {
-  const TypeTraits* t = type_traits(static_cast<uint32_t>(type));
-  if (type == Type::Q8_1) return (size_t)(n / kBlock) * sizeof(BlockQ8_1);
-  return (size_t)(n / t->block_size) * t->block_bytes;
+  const TypeTraits& t = traits(type);
+  return (size_t)(n / t.block_size) * t.block_bytes;
 }
 
 }  // namespace lilims::quant

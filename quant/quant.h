@@ -1,9 +1,15 @@
 // GGUF-compatible tensor types and block formats, one traits entry each.
 // The numeric values of Type are GGML's type ids as stored in GGUF files.
+//
+// Every fact about a format (block geometry, scalar conversions, the
+// activation format its matmul takes, whether and how it is repacked, its
+// GGUF file type) lives in its TypeTraits entry (quant.cpp); the rest of the
+// code asks traits() instead of switching over Type.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace lilims::quant {
 
@@ -48,17 +54,41 @@ struct BlockQ8_1 {
 };
 static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block is 36 bytes");
 
-struct TypeTraits {
-  Type type;
-  const char* name;
-  int block_size;     // elements per block (1 for F32/F16)
-  size_t block_bytes; // bytes per block
-  // Scalar reference: n elements (a multiple of block_size) to float.
-  void (*to_float)(const void* src, float* dst, int64_t n);
+// How a weight may be rearranged for the SIMD kernels (quant/repack.h).
+enum class Repack : uint8_t {
+  none,  // read in its GGUF layout
+  x4,    // 4-row interleaved groups (kernels::kLayoutX4)
 };
 
-// Traits of a type lilims can read, or nullptr for any other GGML type id.
+// plain: GGML's reference rounding; search: least squared error per block
+// (quant/quantize.h).  Formats without a choice ignore it.
+enum class QuantMethod { plain, search };
+
+struct TypeTraits {
+  Type type;
+  const char* name;    // GGML's name ("Q4_0")
+  int block_size;      // elements per block (1 for F32/F16)
+  size_t block_bytes;  // bytes per block
+  // Bytes at the head of a block before its quants: the fp16 scale (and
+  // min / sum), which repacking gathers per 4-row group; 0 for F32/F16.
+  size_t scale_bytes;
+  // Scalar reference: n elements (a multiple of block_size) to float.
+  void (*to_float)(const void* src, float* dst, int64_t n);
+  // Scalar reference: n floats (a multiple of block_size) into this format.
+  void (*from_float)(const float* src, void* dst, int64_t n, QuantMethod method);
+  Type act_type;       // the format activations are quantized to for its matmul
+  Repack repack;       // the layout the kernels prefer, none if they read GGUF's
+  bool weight;         // a weight type lilims reads from and writes to GGUF files
+  int file_type;       // general.file_type of a model stored in it (LLAMA_FTYPE_*); -1: none
+};
+
+// The entry of a Type (every enumerator has one).
+const TypeTraits& traits(Type type);
+// Traits of a weight type lilims can read, or nullptr for any other GGML type
+// id (Q8_1 included: it only ever holds activations).
 const TypeTraits* type_traits(uint32_t ggml_type);
+// The weight type named `name` (GGML's name, any case), or nullptr.
+const TypeTraits* type_traits_by_name(const std::string& name);
 // GGML's name for any type id ("Q6_K", "BF16", ...), "type <id>" if unknown.
 const char* ggml_type_name(uint32_t ggml_type);
 // Bytes of a row of n elements; n must be a multiple of the block size.

@@ -13,7 +13,7 @@ namespace {
 // dequantizes to (the scalar oracle), so fp16 rounding of d/m is counted.
 double block_sse(Type t, const void* block, const float* x) {
   float y[kBlock];
-  type_traits(static_cast<uint32_t>(t))->to_float(block, y, kBlock);
+  traits(t).to_float(block, y, kBlock);
   double e = 0;
   for (int j = 0; j < kBlock; ++j) {
     const double diff = static_cast<double>(x[j]) - y[j];
@@ -25,15 +25,6 @@ double block_sse(Type t, const void* block, const float* x) {
 int clampi(long v, int lo, int hi) { return static_cast<int>(std::min<long>(hi, std::max<long>(lo, v))); }
 
 // --- plain: GGML's reference rounding -------------------------------------
-
-void plain_q8_0(const float* x, BlockQ8_0& b) {
-  float amax = 0;
-  for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = amax / 127;
-  const float id = d != 0 ? 1 / d : 0;
-  b.d = fp32_to_fp16(d);
-  for (int j = 0; j < kBlock; ++j) b.q[j] = static_cast<int8_t>(std::roundf(x[j] * id));
-}
 
 void plain_q4_0(const float* x, BlockQ4_0& b) {
   float amax = 0, max = 0;  // max: the value of largest magnitude, with its sign
@@ -195,10 +186,33 @@ void search_q4_1(const float* x, BlockQ4_1& best) {
 
 }  // namespace
 
+float quantize_block_q8(const float* x, int8_t* q, int* sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  int s = 0;
+  for (int j = 0; j < kBlock; ++j) {
+    q[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+    s += q[j];
+  }
+  if (sum) *sum = s;
+  return d;
+}
+
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n, QuantMethod method) {
   for (int64_t i = 0; i < n / kBlock; ++i) {
-    plain_q8_0(x + i * kBlock, y[i]);
+    y[i].d = fp32_to_fp16(quantize_block_q8(x + i * kBlock, y[i].q));
     if (method == QuantMethod::search) search_symmetric(x + i * kBlock, -127, 127, Type::Q8_0, y[i]);
+  }
+}
+
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    int sum = 0;
+    const float d = quantize_block_q8(x + i * kBlock, y[i].q, &sum);
+    y[i].d = fp32_to_fp16(d);
+    y[i].s = fp32_to_fp16(d * static_cast<float>(sum));
   }
 }
 
@@ -221,14 +235,10 @@ void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
 }
 
 bool quantize_row(Type type, const float* src, void* dst, int64_t n, QuantMethod method) {
-  switch (type) {
-    case Type::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return true;
-    case Type::F16: quantize_row_f16(src, static_cast<uint16_t*>(dst), n); return true;
-    case Type::Q8_0: quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), n, method); return true;
-    case Type::Q4_0: quantize_row_q4_0(src, static_cast<BlockQ4_0*>(dst), n, method); return true;
-    case Type::Q4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n, method); return true;
-    default: return false;
-  }
+  const TypeTraits& t = traits(type);
+  if (t.type != type || !t.weight) return false;
+  t.from_float(src, dst, n, method);
+  return true;
 }
 
 }  // namespace lilims::quant

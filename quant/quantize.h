@@ -1,4 +1,4 @@
-// Weight quantizers: float rows to GGUF block formats (scalar).
+// Quantizers: float rows to GGUF block formats (scalar references).
 //
 // Two methods per format:
 //  - plain: round to nearest with GGML's reference scale choice (the same
@@ -11,7 +11,21 @@
 //    plain block is one of the candidates and blocks are compared on their
 //    actual dequantized values, so a block's error is never above plain.
 // Q8_0 levels stay in [-127, 127] (kernels may rely on the symmetric range).
-// Quantizing a format is for weights, at conversion time: speed is secondary.
+// Quantizing Q4 formats is for weights, at conversion time: speed is
+// secondary.
+//
+// Q8 rows have one rule wherever they are made: weights (plain), the
+// activations of every matmul (Q8_0 and Q8_1) and the Q8_0 KV cache, in
+// every ISA.  Per block of 32: amax = max|x|, d = amax / 127,
+// id = d != 0 ? 1 / d : 0, q = round-half-away-from-zero(x * id), d stored
+// as fp16 (Q8_1: s = fp16(d * sum(q))).  That is ggml's reference
+// quantizer (roundf), i.e. the bytes llama.cpp writes into Q8_0 files, so a
+// row we quantize and the same row in a llama.cpp file agree; round half to
+// even (what cvtps2dq / fcvtns give for free) differs only at exact ties
+// but would make weights, KV rows and activations disagree there.
+// quantize_block_q8 is that definition; the SIMD kernels (kernels/*/
+// quantize_q8_*.cpp) are tested bit-exact against it.  Inputs are finite
+// (with a NaN or inf the ISAs may disagree on amax).
 #pragma once
 
 #include <cstdint>
@@ -20,15 +34,20 @@
 
 namespace lilims::quant {
 
-enum class QuantMethod { plain, search };
-
 // src: n floats; dst: the row in `type`'s layout (row_bytes(type, n) bytes).
-// n must be a multiple of the type's block size.  Types: F32, F16, Q4_0,
-// Q4_1, Q8_0 (F32/F16 ignore the method).  Returns false for another type.
+// n must be a multiple of the type's block size.  The weight types
+// (traits(type).weight: F32, F16, Q4_0, Q4_1, Q8_0; F32/F16 ignore the
+// method); returns false for another type.
 bool quantize_row(Type type, const float* src, void* dst, int64_t n,
                   QuantMethod method = QuantMethod::plain);
 
-void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n, QuantMethod method);
+// The Q8 rule on one block of 32: writes q[0..31] and returns d (before fp16
+// rounding); *sum (if set) receives sum(q).
+float quantize_block_q8(const float* x, int8_t* q, int* sum = nullptr);
+
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n,
+                       QuantMethod method = QuantMethod::plain);
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n, QuantMethod method);
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, QuantMethod method);
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);

@@ -5,34 +5,27 @@
 namespace lilims::quant {
 namespace {
 
-size_t group_block_bytes(Type type) {
-  switch (type) {
-    case Type::Q8_0: return sizeof(BlockQ8_0x4);
-    case Type::Q4_0: return sizeof(BlockQ4_0x4);
-    case Type::Q4_1: return sizeof(BlockQ4_1x4);
-    default: return 0;
-  }
-}
+// Bytes of one block column of a 4-row group: the 4 rows' blocks, rearranged.
+size_t group_block_bytes(Type type) { return 4 * traits(type).block_bytes; }
 
-// Quant bytes per row per block and their chunk count (8 bytes each).
-int quant_bytes(Type type) { return type == Type::Q8_0 ? 32 : 16; }
+// Quant bytes per row per block (chunks of 8 bytes each).
+size_t quant_bytes(Type type) { return traits(type).block_bytes - traits(type).scale_bytes; }
 
 }  // namespace
 
-bool repackable_x4(Type type) { return group_block_bytes(type) != 0; }
+bool repackable_x4(Type type) { return traits(type).repack == Repack::x4; }
 
 size_t repacked_bytes_x4(Type type, int64_t rows, int64_t cols) {
+  if (!repackable_x4(type)) return 0;
   return (size_t)((rows + 3) / 4) * (size_t)(cols / kBlock) * group_block_bytes(type);
 }
 
 void repack_x4(Type type, const void* src, int64_t rows, int64_t cols, void* dst) {
   const int64_t nb = cols / kBlock;
   const size_t gbytes = group_block_bytes(type);
-  const size_t src_block = type == Type::Q8_0 ? sizeof(BlockQ8_0)
-                           : type == Type::Q4_0 ? sizeof(BlockQ4_0)
-                                                : sizeof(BlockQ4_1);
-  const int qbytes = quant_bytes(type);
-  const int n_scales = type == Type::Q4_1 ? 2 : 1;  // d (and m) per row
+  const size_t src_block = traits(type).block_bytes;
+  const size_t qbytes = quant_bytes(type);
+  const int n_scales = (int)(traits(type).scale_bytes / 2);  // d (and m) per row
   const uint8_t* s = static_cast<const uint8_t*>(src);
   uint8_t* d = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < (rows + 3) / 4; ++g) {
@@ -48,7 +41,7 @@ void repack_x4(Type type, const void* src, int64_t rows, int64_t cols, void* dst
         std::memcpy(out + 2 * r, blk, 2);
         if (n_scales == 2) std::memcpy(out + 8 + 2 * r, blk + 2, 2);
         const uint8_t* q = blk + 2 * n_scales;
-        for (int c = 0; c < qbytes / 8; ++c) std::memcpy(qs + (c * 4 + r) * 8, q + c * 8, 8);
+        for (int c = 0; c < (int)qbytes / 8; ++c) std::memcpy(qs + (c * 4 + r) * 8, q + c * 8, 8);
       }
     }
   }
@@ -60,12 +53,12 @@ void block_from_x4(Type type, const void* packed, int64_t cols, int64_t row, int
   const uint8_t* in =
       static_cast<const uint8_t*>(packed) + (size_t)((row / 4) * nb + b) * group_block_bytes(type);
   const int r = (int)(row % 4);
-  const int n_scales = type == Type::Q4_1 ? 2 : 1;
+  const int n_scales = (int)(traits(type).scale_bytes / 2);
   uint8_t* o = static_cast<uint8_t*>(out);
   std::memcpy(o, in + 2 * r, 2);
   if (n_scales == 2) std::memcpy(o + 2, in + 8 + 2 * r, 2);
   const uint8_t* qs = in + 8 * n_scales;
-  for (int c = 0; c < quant_bytes(type) / 8; ++c) {
+  for (int c = 0; c < (int)quant_bytes(type) / 8; ++c) {
     std::memcpy(o + 2 * n_scales + c * 8, qs + (c * 4 + r) * 8, 8);
   }
 }

@@ -41,9 +41,12 @@ struct BlockQ4_1x4 {
 };
 static_assert(sizeof(BlockQ4_1x4) == 80, "Q4_1x4 block is 80 bytes");
 
-// True for the types repack_x4 handles (Q8_0, Q4_0, Q4_1).
+// True for the types repack_x4 handles (traits(type).repack == Repack::x4:
+// Q8_0, Q4_0, Q4_1).  A group's block column is 4 * block_bytes: the rows'
+// scale_bytes side by side, then their quants.
 bool repackable_x4(Type type);
-// Bytes of the repacked matrix (rows rounded up to a multiple of 4).
+// Bytes of the repacked matrix (rows rounded up to a multiple of 4); 0 for a
+// type that is not repacked.
 size_t repacked_bytes_x4(Type type, int64_t rows, int64_t cols);
 // src: rows x cols GGUF row-major; dst: repacked_bytes_x4 bytes.
 void repack_x4(Type type, const void* src, int64_t rows, int64_t cols, void* dst);

@@ -39,6 +39,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/vocab.h"
+
 namespace lilims::gguf {
 class File;
 }
@@ -76,9 +78,14 @@ class TokenIndex {
 
 class Tokenizer {
  public:
-  // Throws lilims::Error: LILIMS_ERR_MISSING (no tokenizer.ggml.model /
-  // tokens), LILIMS_ERR_UNSUPPORTED (unknown tokenizer model or pre-tokenizer;
-  // the message names it), LILIMS_ERR_BAD_FORMAT (inconsistent arrays).
+  // Throws lilims::Error: LILIMS_ERR_UNSUPPORTED (unknown model or
+  // pre-tokenizer; the message names it), LILIMS_ERR_BAD_FORMAT
+  // (inconsistent arrays, a bad merge).
+  static std::unique_ptr<Tokenizer> from_vocab(const Vocab& v);
+  // from_vocab(models::vocab_from_gguf(f)); defined in models/vocab_gguf.cpp
+  // so that tokenizer/ never reads GGUF itself.  Also LILIMS_ERR_MISSING
+  // (no tokenizer.ggml.model / tokens), LILIMS_ERR_BAD_FORMAT (a key of the
+  // wrong type, arrays of the wrong length: the message names the key).
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& f);
   // A Hugging Face tokenizer.json: the BPE model (byte-level, or
   // SentencePiece-style with byte_fallback), vocab, merges, added_tokens,

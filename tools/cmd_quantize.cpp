@@ -1,13 +1,13 @@
 // `lilims quantize`: re-quantize a GGUF model's weights.
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 
 #include "models/gguf.h"
+#include "models/requantize.h"
 #include "tools/cli.h"
 
 namespace {
@@ -45,15 +45,12 @@ int cmd_quantize(int argc, char** argv) {
     }
   }
   if (n_pos != 3) return lilims::cli::fail("quantize", "expects IN.gguf OUT.gguf TYPE (try --help)");
-  std::string tn = pos[2];
-  for (char& c : tn) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  Type type;
-  if (tn == "Q4_0") type = Type::Q4_0;
-  else if (tn == "Q4_1") type = Type::Q4_1;
-  else if (tn == "Q8_0") type = Type::Q8_0;
-  else if (tn == "F16") type = Type::F16;
-  else if (tn == "F32") type = Type::F32;
-  else return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (Q4_0, Q4_1, Q8_0, F16, F32)");
+  const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(pos[2]);
+  if (!tt) {
+    return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (Q4_0, Q4_1, Q8_0, F16, F32)");
+  }
+  const Type type = tt->type;
+  const std::string tn = tt->name;
 
   const bool tty = isatty(STDERR_FILENO);
   if (tty) {

@@ -28,6 +28,7 @@
 
 #include "base/error.h"
 #include "models/gguf.h"
+#include "models/requantize.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 

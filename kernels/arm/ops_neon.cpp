@@ -281,29 +281,6 @@ void fp16_to_fp32__neon(const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
 
-void quantize_row_q8_0__neon(const float* x, void* y, int64_t n) {
-  quant::BlockQ8_0* out = static_cast<quant::BlockQ8_0*>(y);
-  for (int64_t b = 0; b < n / quant::kBlock; ++b) {
-    const float* xb = x + b * quant::kBlock;
-    float32x4_t v[8];
-    float32x4_t amax = vdupq_n_f32(0);
-    for (int k = 0; k < 8; ++k) {
-      v[k] = vld1q_f32(xb + 4 * k);
-      amax = vmaxq_f32(amax, vabsq_f32(v[k]));
-    }
-    const float d = vmaxvq_f32(amax) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    for (int k = 0; k < 8; k += 2) {
-      // fcvtas rounds half away from zero: exactly roundf.
-      const int32x4_t q0 = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
-      const int32x4_t q1 = vcvtaq_s32_f32(vmulq_n_f32(v[k + 1], id));
-      const int16x8_t q16 = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
-      vst1_s8(out[b].q + 4 * k, vqmovn_s16(q16));
-    }
-  }
-}
-
 namespace detail {
 
 const OpsTable& ops_table_neon() {

@@ -26,7 +26,9 @@ void add_f32__neon(const float* a, const float* b, float* y, int64_t n);
 void mul_f32__neon(const float* a, const float* b, float* y, int64_t n);
 void fp32_to_fp16__neon(const float* x, uint16_t* y, int64_t n);
 void fp16_to_fp32__neon(const uint16_t* x, float* y, int64_t n);
+// Defined with the matmul's activation quantizers (quantize_q8_neon.cpp).
 void quantize_row_q8_0__neon(const float* x, void* y, int64_t n);
+void quantize_row_q8_1__neon(const float* x, void* y, int64_t n);
 void attention__neon(const AttentionArgs& a, int head_begin, int head_end, float* scratch);
 
 }  // namespace lilims::kernels

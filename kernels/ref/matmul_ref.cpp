@@ -150,7 +150,7 @@ void f32_f32_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void
 
 void matmul_dequant_f32__ref(const PackedWeight& W, int64_t r0, int64_t r1, const float* x,
                              int64_t ldx, int64_t n, float* y, int64_t ldy) {
-  const quant::TypeTraits* t = quant::type_traits(static_cast<uint32_t>(W.type));
+  const quant::TypeTraits* t = &quant::traits(W.type);
   const int64_t K = W.cols;
   std::vector<float> row(K);  // (K) the dequantized weight row
   std::vector<uint8_t> blk(t->block_bytes);

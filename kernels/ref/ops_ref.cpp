@@ -190,17 +190,4 @@ void fp16_to_fp32__ref(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
 
-void quantize_row_q8_0__ref(const float* x, void* y, int64_t n) {
-  quant::BlockQ8_0* out = static_cast<quant::BlockQ8_0*>(y);
-  for (int64_t b = 0; b < n / quant::kBlock; ++b) {
-    const float* xb = x + b * quant::kBlock;
-    float amax = 0.0f;
-    for (int j = 0; j < quant::kBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    for (int j = 0; j < quant::kBlock; ++j) out[b].q[j] = (int8_t)std::roundf(xb[j] * id);
-  }
-}
-
 }  // namespace lilims::kernels

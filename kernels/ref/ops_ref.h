@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/ref/quantize_q8_ref.h"
+
 namespace lilims::kernels {
 
 // y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n.  y may alias x.
@@ -94,8 +96,6 @@ void mul_f32__ref(const float* a, const float* b, float* y, int64_t n);
 // base/fp16.h applied element by element.
 void fp32_to_fp16__ref(const float* x, uint16_t* y, int64_t n);
 void fp16_to_fp32__ref(const uint16_t* x, float* y, int64_t n);
-// n % 32 == 0; y: n/32 quant::BlockQ8_0.  Per block d = max|x| / 127,
-// q = roundf(x * (1/d)) (half away from zero), d stored as fp16.
-void quantize_row_q8_0__ref(const float* x, void* y, int64_t n);
+// quantize_row_q8_0__ref (the Q8 rule for KV-cache rows): quantize_q8_ref.h.
 
 }  // namespace lilims::kernels

@@ -318,39 +318,6 @@ void fp16_to_fp32__avx2(const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
 
-void quantize_row_q8_0__avx2(const float* x, void* y, int64_t n) {
-  quant::BlockQ8_0* out = static_cast<quant::BlockQ8_0*>(y);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < n / quant::kBlock; ++b) {
-    const float* xb = x + b * quant::kBlock;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(xb + 8 * k);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-    }
-    const float d = hmax(amax) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      // roundf (half away from zero): trunc, then +-1 where |fraction| >= 0.5.
-      const __m256 s = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
-      const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(s, t));
-      const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-      const __m256 one = _mm256_or_ps(_mm256_and_ps(s, sign), _mm256_set1_ps(1.0f));
-      q[k] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)));
-    }
-    // packs interleave 128-bit lanes; the permute restores element order.
-    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i p16b = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
-                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), p8);
-  }
-}
-
 namespace detail {
 
 const OpsTable& ops_table_avx2() {

@@ -26,7 +26,9 @@ void add_f32__avx2(const float* a, const float* b, float* y, int64_t n);
 void mul_f32__avx2(const float* a, const float* b, float* y, int64_t n);
 void fp32_to_fp16__avx2(const float* x, uint16_t* y, int64_t n);
 void fp16_to_fp32__avx2(const uint16_t* x, float* y, int64_t n);
+// Defined with the matmul's activation quantizers (quantize_q8_avx2.cpp).
 void quantize_row_q8_0__avx2(const float* x, void* y, int64_t n);
+void quantize_row_q8_1__avx2(const float* x, void* y, int64_t n);
 void attention__avx2(const AttentionArgs& a, int head_begin, int head_end, float* scratch);
 
 }  // namespace lilims::kernels

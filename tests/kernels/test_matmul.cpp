@@ -15,7 +15,7 @@
 #include "graph/matmul.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
-#include "kernels/ref/quantize_act_ref.h"
+#include "kernels/ref/quantize_q8_ref.h"
 #include "matmul_test_util.h"
 #include "quant/repack.h"
 
@@ -228,7 +228,7 @@ TEST_P(matmul_quantize_act, BitIdenticalToRef) {
     const size_t bytes = (q.type == Type::Q8_1 ? 36 : 34) * (size_t)(K / 32);
     std::vector<uint8_t> a(bytes + 2, 0), b(bytes, 0);
     q.fn(x.data() + 1, a.data() + 2, K);  // misaligned input, output only fp16-aligned
-    (q.type == Type::Q8_1 ? kernels::quantize_act_q8_1__ref : kernels::quantize_act_q8_0__ref)(
+    (q.type == Type::Q8_1 ? kernels::quantize_row_q8_1__ref : kernels::quantize_row_q8_0__ref)(
         x.data() + 1, b.data(), K);
     ASSERT_EQ(0, std::memcmp(a.data() + 2, b.data(), bytes)) << q.name << " K=" << K << " seed=" << seed;
   }

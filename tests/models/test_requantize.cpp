@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "models/gguf.h"
+#include "models/requantize.h"
 #include "test_util.h"
 
 namespace lilims::gguf {

@@ -1,11 +1,13 @@
-// Activation quantization to Q8_0 / Q8_1 blocks, baseline NEON.
-// Bit-identical to kernels/ref/quantize_act_ref.cpp: same max, same scalar
-// d and 1/d, same products, and FCVTNS rounds half to even like nearbyint.
+// Q8_0 / Q8_1 rows (activations, KV-cache rows), baseline NEON.
+// Bit-identical to the one scalar rule (quant::quantize_block_q8): same max,
+// same scalar d and 1/d, same products, and FCVTAS rounds half away from
+// zero exactly like roundf.
 #include <arm_neon.h>
 
 #include <cstring>
 
 #include "base/fp16.h"
+#include "kernels/arm/ops_neon.h"
 #include "kernels/matmul.h"
 
 namespace lilims::kernels {
@@ -24,8 +26,8 @@ inline float block(const float* x, int8_t* q, int* sum) {
   int32x4_t s = vdupq_n_s32(0);
   int16x8_t h[4];
   for (int i = 0; i < 4; ++i) {
-    const int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(v[2 * i], id));
-    const int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(v[2 * i + 1], id));
+    const int32x4_t a = vcvtaq_s32_f32(vmulq_n_f32(v[2 * i], id));
+    const int32x4_t b = vcvtaq_s32_f32(vmulq_n_f32(v[2 * i + 1], id));
     s = vaddq_s32(s, vaddq_s32(a, b));
     h[i] = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
   }
@@ -37,7 +39,7 @@ inline float block(const float* x, int8_t* q, int* sum) {
 
 }  // namespace
 
-void quantize_act_q8_0__neon(const float* x, void* y, int64_t k) {
+void quantize_row_q8_0__neon(const float* x, void* y, int64_t k) {
   uint8_t* out = static_cast<uint8_t*>(y);
   for (int64_t b = 0; b < k / 32; ++b, out += 34) {
     int sum;
@@ -47,7 +49,7 @@ void quantize_act_q8_0__neon(const float* x, void* y, int64_t k) {
   }
 }
 
-void quantize_act_q8_1__neon(const float* x, void* y, int64_t k) {
+void quantize_row_q8_1__neon(const float* x, void* y, int64_t k) {
   uint8_t* out = static_cast<uint8_t*>(y);
   for (int64_t b = 0; b < k / 32; ++b, out += 36) {
     int sum;

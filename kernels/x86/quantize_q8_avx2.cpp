@@ -1,13 +1,16 @@
-// Activation quantization to Q8_0 / Q8_1 blocks, AVX2.  Bit-identical to
-// kernels/ref/quantize_act_ref.cpp: the same max (exact in any order), the
-// same scalar d = amax / 127 and id = 1 / d, the same products x * id, and
-// cvtps2dq rounds half to even as nearbyint does in the default mode.
+// Q8_0 / Q8_1 rows (activations, KV-cache rows), AVX2.  Bit-identical to
+// the one scalar rule (quant::quantize_block_q8): the same max (exact in any
+// order), the same scalar d = amax / 127 and id = 1 / d, the same products
+// x * id, rounded half away from zero like roundf.  cvtps2dq would round
+// half to even, so the rounding is built from exact steps: t = trunc(s),
+// s - t is exact, and t moves one away from zero where |s - t| >= 0.5.
 #include <immintrin.h>
 
 #include <cstring>
 
 #include "base/fp16.h"
 #include "kernels/matmul.h"
+#include "kernels/x86/ops_avx2.h"
 
 namespace lilims::kernels {
 namespace {
@@ -28,8 +31,15 @@ inline float block(const float* x, int8_t* q, int* sum) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   const __m256 idv = _mm256_set1_ps(id);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   __m256i i[4];
-  for (int k = 0; k < 4; ++k) i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], idv));
+  for (int k = 0; k < 4; ++k) {
+    const __m256 s = _mm256_mul_ps(v[k], idv);
+    const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(s, t)), half, _CMP_GE_OQ);
+    const __m256 away = _mm256_or_ps(_mm256_and_ps(s, sign), one);  // +-1 with the sign of s
+    i[k] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, away)));
+  }
   // Sum of q (exact int32).
   __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
   __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
@@ -48,7 +58,7 @@ inline float block(const float* x, int8_t* q, int* sum) {
 
 }  // namespace
 
-void quantize_act_q8_0__avx2(const float* x, void* y, int64_t k) {
+void quantize_row_q8_0__avx2(const float* x, void* y, int64_t k) {
   uint8_t* out = static_cast<uint8_t*>(y);
   for (int64_t b = 0; b < k / 32; ++b, out += 34) {
     int sum;
@@ -58,7 +68,7 @@ void quantize_act_q8_0__avx2(const float* x, void* y, int64_t k) {
   }
 }
 
-void quantize_act_q8_1__avx2(const float* x, void* y, int64_t k) {
+void quantize_row_q8_1__avx2(const float* x, void* y, int64_t k) {
   uint8_t* out = static_cast<uint8_t*>(y);
   for (int64_t b = 0; b < k / 32; ++b, out += 36) {
     int sum;
