@@ -5,6 +5,7 @@
 // and misaligned pointers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@ using quant::Type;
 // rounding recomputed from the same amax.
 std::vector<uint8_t> scalar_q8(Type t, const float* x, int64_t k) {
   std::vector<uint8_t> q8(quant::row_bytes(Type::Q8_0, k));
+  q8.reserve(q8.size() + 1);  // k = 0: not a null pointer
   EXPECT_TRUE(quant::quantize_row(Type::Q8_0, x, q8.data(), k, quant::QuantMethod::plain));
   if (t == Type::Q8_0) return q8;
   std::vector<uint8_t> out(quant::row_bytes(Type::Q8_1, k));
@@ -105,12 +107,13 @@ TEST_P(q8_rule_kernel, BitExactWithScalarDefinition) {
   for (int64_t k : kSizes) {
     const uint64_t seed = test::base_seed() + 1000 + (uint64_t)k;
     std::vector<float> row = edge_row(k, seed);
+    row.reserve(row.size() + 1);  // k = 0: a valid pointer to no elements, not null
     std::vector<float> shifted(row.size() + 1);  // input one float off its alignment
     std::copy(row.begin(), row.end(), shifted.begin() + 1);
     const std::vector<uint8_t> want = scalar_q8(q.type, row.data(), k);
     std::vector<uint8_t> got(want.size() + 2, 0xAB);  // output 2 bytes off
     q.fn(shifted.data() + 1, got.data() + 2, k);
-    ASSERT_EQ(0, std::memcmp(want.data(), got.data() + 2, want.size()))
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + 2))
         << q.name << " k=" << k << " seed=" << seed;
     EXPECT_EQ(0xAB, got[0]);  // nothing written before y
   }
@@ -132,10 +135,11 @@ TEST_P(q8_rule_ops, KvQuantizerBitExactWithScalarDefinition) {
   for (int64_t k : kSizes) {
     const uint64_t seed = test::base_seed() + 2000 + (uint64_t)k;
     std::vector<float> row = edge_row(k, seed);
+    row.reserve(row.size() + 1);  // k = 0: a valid pointer to no elements, not null
     const std::vector<uint8_t> want = scalar_q8(Type::Q8_0, row.data(), k);
-    std::vector<uint8_t> got(want.size());
+    std::vector<uint8_t> got(want.size() + 1);
     ops.quantize_row_q8_0(row.data(), got.data(), k);
-    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size()))
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin()))
         << ops.name << " k=" << k << " seed=" << seed;
   }
 }
