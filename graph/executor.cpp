@@ -47,6 +47,18 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
     }
     base_[t] = b ? b + col0 : nullptr;
   }
+  for (size_t t = 0; t < ts.size(); ++t) {
+    if (logits_tensor_ >= 0 && graph_.root((int)t) == logits_tensor_) logits_views_.push_back((int)t);
+  }
+  for (const Node& n : graph_.nodes()) {
+    if (n.op != Op::embed) continue;
+    embed_traits_ = quant::type_traits((uint32_t)n.w->type);
+    if (!embed_traits_ || !embed_traits_->to_float) {
+      throw Error(LILIMS_ERR_UNSUPPORTED, "[executor] no row conversion for the embedding's type");
+    }
+    embed_row_bytes_ = quant::row_bytes(n.w->type, n.w->cols);
+  }
+  q8_0_traits_ = quant::type_traits((uint32_t)quant::Type::Q8_0);
 }
 
 Executor::~Executor() {
@@ -79,11 +91,7 @@ void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* lo
 
 void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits,
                      bool all_logits) {
-  if (logits_tensor_ >= 0) {
-    for (size_t t = 0; t < base_.size(); ++t) {
-      if (graph_.root((int)t) == logits_tensor_) base_[t] = logits;
-    }
-  }
+  for (int t : logits_views_) base_[(size_t)t] = logits;
   int32_t rows = m;
   const auto& chunks = graph_.chunks();
   for (size_t c = 0; c < chunks.size(); ++c) {
@@ -115,7 +123,7 @@ void Executor::round_staged(int layer, int32_t m) {
         ops.fp16_to_fp32(reinterpret_cast<const uint16_t*>(round_tmp_), row, d);
       } else {
         ops.quantize_row_q8_0(row, round_tmp_, d);
-        quant::type_traits((uint32_t)quant::Type::Q8_0)->to_float(round_tmp_, row, d);
+        q8_0_traits_->to_float(round_tmp_, row, d);
       }
     }
   }
@@ -134,10 +142,9 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
   const bool flat = ldo == w && (n.a < 0 || lda == w) && (n.b < 0 || ldb == w);
   switch (n.op) {
     case Op::embed: {
-      const quant::TypeTraits* tt = quant::type_traits((uint32_t)n.w->type);
-      const size_t rb = quant::row_bytes(n.w->type, n.w->cols);
+      const uint8_t* table = static_cast<const uint8_t*>(n.w->data);
       for (int32_t t = 0; t < rows; ++t) {
-        tt->to_float(static_cast<const uint8_t*>(n.w->data) + (size_t)tokens[t] * rb, out + t * ldo, n.w->cols);
+        embed_traits_->to_float(table + (size_t)tokens[t] * embed_row_bytes_, out + t * ldo, n.w->cols);
       }
       break;
     }

@@ -12,6 +12,7 @@
 #include "graph/kv_cache.h"
 #include "graph/plan.h"
 #include "graph/thread_pool.h"
+#include "quant/quant.h"
 
 namespace lilims::graph {
 
@@ -58,6 +59,11 @@ class Executor {
   std::vector<float*> base_;     // per tensor: its first element (logits: set per call)
   std::vector<int64_t> stride_;  // per tensor: floats between rows
   int logits_tensor_ = -1;
+  std::vector<int> logits_views_;  // the tensors whose root is the logits (their base is set per call)
+  // Resolved here, not per call: the embedding table's row conversion, and Q8_0's.
+  const quant::TypeTraits* embed_traits_ = nullptr;
+  size_t embed_row_bytes_ = 0;
+  const quant::TypeTraits* q8_0_traits_ = nullptr;
 };
 
 }  // namespace lilims::graph

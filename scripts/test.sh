@@ -54,8 +54,10 @@ if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   # TSan they take tens of minutes and exercise no other threading code.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   build-tsan/tests/graph/test_graph --gtest_filter="-*SmolLM2*"
+  # The JSON, schema and token-mask sweeps are single-threaded logic (the
+  # release and ASan runs cover them) and take ten minutes under TSan.
   build-tsan/tests/runtime/test_runtime \
-    --gtest_filter="-*SmolLM2*:IsaAgreement*:*PerplexityVsLlamaCpp*:SessionMemory.*"
+    --gtest_filter="-*SmolLM2*:IsaAgreement*:*PerplexityVsLlamaCpp*:SessionMemory.*:JsonGenerate.*:JsonPrefix.*:TokenMask.*:SchemaGenerate.*"
   build-tsan/tests/c_api/test_c_api "$PWD/../shared/data/stories260K/stories260K.gguf"
   build-tsan/tests/c_api/test_c_api_contracts
   unset TSAN_OPTIONS
