@@ -19,7 +19,8 @@ class StopStrings {
   // Appends text (whole UTF-8 characters) and returns what may be released:
   // everything except the longest tail that is a proper prefix of a stop
   // string.  When a stop string completes, returns the text before it,
-  // drops the rest and sets matched(); the earliest completed match wins.
+  // drops the rest and sets matched().  The first stop string to complete
+  // wins; of several completed by the same push, the one that starts first.
   std::string push(const std::string& text);
   // The text still held back (the stream ended without a match).
   std::string flush();
