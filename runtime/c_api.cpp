@@ -485,7 +485,7 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     // Whether the caller's struct reaches a field appended later.
     const auto has = [&](size_t end) { return params->struct_size >= end; };
     const bool v020 = has(offsetof(lilims_generate_params, n_tools) + sizeof(size_t));
-    const bool v030 = has(sizeof(lilims_generate_params));
+    const bool loop_fields = has(offsetof(lilims_generate_params, reuse_prefix) + sizeof(int32_t));
     const char* schema = v020 ? params->json_schema : nullptr;
     const size_t n_tools = v020 ? params->n_tools : 0;
     if (n_tools > 0 && !params->tools) return null_arg("generate", "tools");
@@ -512,7 +512,7 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     }
     if (n_tools > 0) opt.json_schema = lilims::runtime::tools_schema(to_tools(params->tools, n_tools));
     bool reuse_prefix = false;
-    if (v030) {
+    if (loop_fields) {
       if (params->n_stop > 0 && !params->stop) return null_arg("generate", "stop");
       for (size_t i = 0; i < params->n_stop; ++i) {
         if (!params->stop[i]) {
@@ -564,7 +564,8 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       if (out_stats->struct_size >= offsetof(lilims_generate_stats, mask_seconds) + sizeof(double)) {
         out_stats->mask_seconds = r.mask_seconds;
       }
-      if (out_stats->struct_size >= sizeof(lilims_generate_stats)) {
+      if (out_stats->struct_size >=
+          offsetof(lilims_generate_stats, peak_resident_bytes) + sizeof(uint64_t)) {
         out_stats->first_token_seconds = r.first_token_seconds;
         out_stats->prompt_tokens_per_second = r.prompt_tokens_per_second();
         out_stats->decode_tokens_per_second = r.decode_tokens_per_second();

@@ -121,9 +121,10 @@ struct GenerateOptions {
   std::function<bool(int32_t token, const std::string& text)> on_token;
   // Generation ends (StopReason::stop_string) when the text contains one of
   // these; the stop string and anything after it are neither in the result's
-  // text nor streamed (the tokens that spelled them are in `tokens` and the
-  // session).  Empty strings and invalid UTF-8 are refused.  Not with json
-  // or json_schema (refused: those end when the value closes).
+  // text nor streamed.  The tokens that spelled it are in `tokens`, and in
+  // the session all but the last (not evaluated, as after an end of
+  // generation).  Empty strings and invalid UTF-8 are refused.  Not with
+  // json or json_schema (refused: those end when the value closes).
   std::vector<std::string> stop;
   ContextPolicy context_policy = ContextPolicy::stop;
   // shift: the tokens kept at the start of the sequence; < 0: the BOS token
@@ -195,7 +196,8 @@ class Session {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   // Generates after `full_prompt`, the whole sequence the session should
   // hold: reuses the KV cache for the longest prefix it already holds and
-  // evaluates only the rest (multi-turn chat, repeated system prompts).
+  // evaluates only the rest (multi-turn chat, repeated system prompts);
+  // the result's n_reused_tokens says how many were kept.
   GenerateResult generate_reusing_prefix(const std::vector<int32_t>& full_prompt,
                                          const GenerateOptions& opt);
   // Any thread: asks the call running at this moment to stop soon (eval

@@ -189,7 +189,8 @@ int run_main(int argc, char** argv) {
     }
     std::fputc('\n', stdout);
     if (r.stop == runtime::StopReason::context_full) {
-      std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge)\n",
+      std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge, "
+                   "or --context-shift)\n",
                    session.n_ctx());
     }
     if (verbose) {

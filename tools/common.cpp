@@ -117,7 +117,8 @@ const char* const kGenerationHelp =
     "                         (default 0: off)\n"
     "  --presence-penalty F   subtract F from each token generated so far (default 0: off)\n"
     "  --context-shift        when the context is full, drop the older half of the tokens\n"
-    "                         after the kept start and go on (default: stop)\n"
+    "                         after the kept start and go on (default: stop; with -n -1\n"
+    "                         generation then runs until the model ends the text)\n"
     "  --keep N               tokens --context-shift keeps at the start (default: the system\n"
     "                         turn in chat, else the BOS token)\n";
 
