@@ -255,9 +255,10 @@ typedef struct lilims_logit_bias {
 /* What generation does when the context is full (lilims_generate_params.context_policy). */
 typedef enum lilims_context_policy {
   LILIMS_CONTEXT_STOP = 0, /* stop with stop_reason 3 */
-  /* Keep the first n_keep tokens, drop the older half of the tokens after
-   * them, evaluate the remaining ones again at their new positions and go
-   * on generating.  The dropped text is forgotten. */
+  /* Keep the first n_keep tokens, drop the older half (rounded down) of the
+   * tokens after them, evaluate the remaining ones again at their new
+   * positions (the cache holds rotated keys) and go on generating.  The
+   * dropped text is forgotten. */
   LILIMS_CONTEXT_SHIFT = 1
 } lilims_context_policy;
 
