@@ -5,6 +5,7 @@
 #include <cstring>
 
 #if defined(__unix__) || defined(__APPLE__)
+#include <sys/resource.h>
 #include <unistd.h>
 #endif
 
@@ -57,6 +58,20 @@ uint64_t available_memory_bytes() {
   uint64_t limit = 0;
   if (cgroup_limit(limit) && limit > 0) avail = avail ? std::min(avail, limit) : limit;
   return avail;
+}
+
+uint64_t peak_resident_bytes() {
+#if defined(__unix__) || defined(__APPLE__)
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0) {
+#if defined(__APPLE__)
+    return (uint64_t)ru.ru_maxrss;  // bytes there
+#else
+    return (uint64_t)ru.ru_maxrss * 1024;  // KiB on Linux and the BSDs
+#endif
+  }
+#endif
+  return 0;
 }
 
 }  // namespace lilims

@@ -13,4 +13,9 @@ namespace lilims {
 // which callers read as "do not know", not as "no memory".
 uint64_t available_memory_bytes();
 
+// The most memory this process has had resident at once since it started
+// (Linux's VmHWM, getrusage's ru_maxrss): it never goes down, and covers
+// the whole process, the mapped model weights included.  0 when unknown.
+uint64_t peak_resident_bytes();
+
 }  // namespace lilims

@@ -461,6 +461,8 @@ lilims_generate_params lilims_generate_default_params(void) {
   p.sampling = lilims_sampling_default_params();
   p.add_bos = 1;
   p.parse_special = 1;
+  p.context_policy = LILIMS_CONTEXT_STOP;
+  p.n_keep = -1;
   return p;
 }
 
@@ -480,7 +482,10 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     if (out_stats && out_stats->struct_size < kStats010) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] stats.struct_size is not set");
     }
-    const bool v020 = params->struct_size >= sizeof(lilims_generate_params);
+    // Whether the caller's struct reaches a field appended later.
+    const auto has = [&](size_t end) { return params->struct_size >= end; };
+    const bool v020 = has(offsetof(lilims_generate_params, n_tools) + sizeof(size_t));
+    const bool loop_fields = has(offsetof(lilims_generate_params, reuse_prefix) + sizeof(int32_t));
     const char* schema = v020 ? params->json_schema : nullptr;
     const size_t n_tools = v020 ? params->n_tools : 0;
     if (n_tools > 0 && !params->tools) return null_arg("generate", "tools");
@@ -506,6 +511,34 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       opt.json_schema = schema;
     }
     if (n_tools > 0) opt.json_schema = lilims::runtime::tools_schema(to_tools(params->tools, n_tools));
+    bool reuse_prefix = false;
+    if (loop_fields) {
+      if (params->n_stop > 0 && !params->stop) return null_arg("generate", "stop");
+      for (size_t i = 0; i < params->n_stop; ++i) {
+        if (!params->stop[i]) {
+          return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                           "[generate] stop string " + std::to_string(i) + " is NULL");
+        }
+        opt.stop.emplace_back(params->stop[i]);
+      }
+      opt.sampling.frequency_penalty = params->frequency_penalty;
+      opt.sampling.presence_penalty = params->presence_penalty;
+      if (params->n_logit_bias > 0 && !params->logit_bias) return null_arg("generate", "logit_bias");
+      for (size_t i = 0; i < params->n_logit_bias; ++i) {
+        opt.sampling.logit_bias.emplace_back(params->logit_bias[i].token, params->logit_bias[i].bias);
+      }
+      if (params->context_policy != LILIMS_CONTEXT_STOP &&
+          params->context_policy != LILIMS_CONTEXT_SHIFT) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         "[generate] context_policy " + std::to_string(params->context_policy) +
+                             " is neither LILIMS_CONTEXT_STOP (0) nor LILIMS_CONTEXT_SHIFT (1)");
+      }
+      opt.context_policy = params->context_policy == LILIMS_CONTEXT_SHIFT
+                               ? lilims::runtime::ContextPolicy::shift
+                               : lilims::runtime::ContextPolicy::stop;
+      opt.n_keep = params->n_keep < 0 ? -1 : params->n_keep;
+      reuse_prefix = params->reuse_prefix != 0;
+    }
     if (params->on_token) {
       const lilims_token_callback cb = params->on_token;
       void* ud = params->user_data;
@@ -513,15 +546,32 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
         return cb(ud, token, text.c_str(), text.size()) != 0;
       };
     }
-    const auto r = session->impl->generate(prompt ? prompt : "", opt);
+    lilims::runtime::GenerateResult r;
+    if (reuse_prefix) {
+      Session& s = *session->impl;
+      const auto ids = s.model().tokenizer().encode(prompt ? prompt : "", opt.add_bos,
+                                                    opt.parse_special);
+      r = s.generate_reusing_prefix(ids, opt);
+    } else {
+      r = session->impl->generate(prompt ? prompt : "", opt);
+    }
     if (out_stats) {
       out_stats->n_prompt_tokens = r.n_prompt_tokens;
       out_stats->n_generated_tokens = (int32_t)r.tokens.size();
       out_stats->prompt_seconds = r.prompt_seconds;
       out_stats->generate_seconds = r.generate_seconds;
       out_stats->stop_reason = (int32_t)r.stop;
-      if (out_stats->struct_size >= sizeof(lilims_generate_stats)) {
+      if (out_stats->struct_size >= offsetof(lilims_generate_stats, mask_seconds) + sizeof(double)) {
         out_stats->mask_seconds = r.mask_seconds;
+      }
+      if (out_stats->struct_size >=
+          offsetof(lilims_generate_stats, peak_resident_bytes) + sizeof(uint64_t)) {
+        out_stats->first_token_seconds = r.first_token_seconds;
+        out_stats->prompt_tokens_per_second = r.prompt_tokens_per_second();
+        out_stats->decode_tokens_per_second = r.decode_tokens_per_second();
+        out_stats->n_reused_tokens = r.n_reused_tokens;
+        out_stats->n_context_shifts = r.n_shifts;
+        out_stats->peak_resident_bytes = r.peak_resident_bytes;
       }
     }
     return LILIMS_OK;

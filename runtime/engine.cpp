@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/memory_info.h"
 #include "runtime/json_constraint.h"
+#include "runtime/stop_strings.h"
 #include "tokenizer/chat.h"
 
 namespace lilims::runtime {
@@ -190,7 +191,27 @@ GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full
       common, std::vector<int32_t>(full_prompt.begin() + (ptrdiff_t)common, full_prompt.end()),
       opt);
   r.n_prompt_tokens = (int32_t)full_prompt.size();
+  r.n_reused_tokens = (int32_t)common;
   return r;
+}
+
+double GenerateResult::prompt_tokens_per_second() const {
+  const int32_t n = n_prompt_tokens - n_reused_tokens;
+  return n > 0 && prompt_seconds > 0 ? n / prompt_seconds : 0.0;
+}
+
+double GenerateResult::decode_tokens_per_second() const {
+  return tokens.size() > 1 && generate_seconds > 0 ? (double)(tokens.size() - 1) / generate_seconds
+                                                   : 0.0;
+}
+
+void Session::shift_context(int32_t n_keep, int32_t next) {
+  const int32_t n_past = (int32_t)tokens_.size();
+  const int32_t n_discard = (n_past - n_keep) / 2;
+  std::vector<int32_t> rest(tokens_.begin() + n_keep + n_discard, tokens_.end());
+  rest.push_back(next);
+  truncate_impl(n_keep);
+  eval_impl(rest);
 }
 
 void Session::check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const {
@@ -338,6 +359,24 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   }
   Sampler sampler(opt.sampling);
   check_tokens(keep, prompt);
+  check_logit_bias(opt.sampling.logit_bias, model_.hparams().n_vocab);
+  StopStrings stops(opt.stop);
+  if (!stops.empty() && (opt.json || !opt.json_schema.empty())) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[generate] stop strings do not apply to json or json_schema output: it ends "
+                "when the value closes");
+  }
+  int32_t n_keep = 0;
+  if (opt.context_policy == ContextPolicy::shift) {
+    const int32_t first = keep > 0 ? tokens_[0] : prompt.empty() ? -1 : prompt[0];
+    n_keep = opt.n_keep >= 0 ? opt.n_keep : (first >= 0 && first == tk.bos() ? 1 : 0);
+    if (n_keep > exec_->n_ctx() - 2) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[generate] n_keep " + std::to_string(n_keep) + " leaves nothing to shift in a "
+                  "context of " + std::to_string(exec_->n_ctx()) + " tokens (at most " +
+                  std::to_string(exec_->n_ctx() - 2) + ")");
+    }
+  }
   // The loop below makes a token, then stops if the context is full, so the
   // last position holds one token more than it evaluates.
   const auto room = [&](int32_t made, size_t n_past) {
@@ -379,6 +418,8 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     return tk.is_eog(id) ? schema->may_end() : schema->accepts_within(id, left - 1);
   };
   std::vector<uint8_t> allowed(schema ? (size_t)n_vocab : 0);
+  const std::string banned_note =
+      opt.sampling.logit_bias.empty() ? "" : " that the logit bias does not ban";
   for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
     if (cancel_requested()) {
       r.stop = StopReason::cancelled;
@@ -391,7 +432,8 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       left = room(i, tokens_.size());
       next = sampler.sample(logits_.data(), n_vocab, tokens_, nullptr, &accept_json);
       if (next < 0) {
-        throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the JSON output");
+        throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
+                    "[generate] no token continues the JSON output" + banned_note);
       }
     } else if (schema) {
       left = room(i, tokens_.size());
@@ -401,17 +443,22 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       r.mask_seconds += seconds_since(tm);
       next = sampler.sample(logits_.data(), n_vocab, tokens_, allowed.data(), &accept_schema);
       if (next < 0) {
-        throw Error(LILIMS_ERR_INTERNAL, "[generate] no token continues the schema's value");
+        throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
+                    "[generate] no token continues the schema's value" + banned_note);
       }
     } else {
       next = sampler.sample(logits_.data(), n_vocab, tokens_);
     }
-    if (i == 0) t_first = std::chrono::steady_clock::now();
+    if (i == 0) {
+      t_first = std::chrono::steady_clock::now();
+      r.first_token_seconds = seconds_since(t0);
+    }
     if (tk.is_eog(next) || (next == tk.bos() && tk.bos() != -1)) {  // BOS: a new document
       r.stop = StopReason::end_of_generation;
       break;
     }
     r.tokens.push_back(next);
+    sampler.accept(next);
     std::string piece = decoder.push(next);
     // SentencePiece marks word starts with a space; the first word after BOS
     // has none to show (llama2.c and llama.cpp strip it too).
@@ -419,8 +466,13 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
         piece[0] == ' ' && tk.vocab_type() == tok::VocabType::kSpm) {
       piece.erase(0, 1);
     }
+    if (!stops.empty()) piece = stops.push(piece);
     r.text += piece;
     bool stop = opt.on_token && opt.on_token(next, piece);
+    if (stops.matched()) {  // like an end of generation: the last token is not evaluated
+      r.stop = StopReason::stop_string;
+      break;
+    }
     if (opt.json) {
       json.feed(model_.pieces()[(size_t)next]);
       if (json.complete()) {
@@ -437,12 +489,18 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     }
     // The token joins the sequence even when generation ends here, so that a
     // later call continues from the text the caller has seen.
-    if (tokens_.size() >= (size_t)exec_->n_ctx()) {
+    const bool full = tokens_.size() >= (size_t)exec_->n_ctx();
+    if (full && (opt.context_policy == ContextPolicy::stop || opt.json || schema)) {
       r.stop = StopReason::context_full;
       break;
     }
     try {
-      eval_impl({next});
+      if (full) {
+        shift_context(n_keep, next);
+        ++r.n_shifts;
+      } else {
+        eval_impl({next});
+      }
     } catch (const Error& e) {
       if (e.status() != LILIMS_ERR_CANCELLED) throw;
       r.stop = StopReason::cancelled;
@@ -453,12 +511,20 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       break;
     }
   }
-  const std::string rest = decoder.flush();
+  std::string rest;
+  if (!stops.matched()) {
+    rest = decoder.flush();
+    if (!stops.empty()) {
+      rest = stops.push(rest) + stops.flush();
+      if (stops.matched()) r.stop = StopReason::stop_string;
+    }
+  }
   if (!rest.empty()) {
     r.text += rest;
     if (opt.on_token) opt.on_token(-1, rest);
   }
   r.generate_seconds = seconds_since(t_first);
+  r.peak_resident_bytes = peak_resident_bytes();
   return r;
 }
 

@@ -89,7 +89,16 @@ struct PlannedSession {
 PlannedSession plan_session(const Model& model, const SessionOptions& opt);
 
 enum class StopReason { max_tokens = 0, end_of_generation = 1, callback = 2, context_full = 3,
-                        cancelled = 4 };
+                        cancelled = 4, stop_string = 5 };
+
+// What generation does when the context is full.
+enum class ContextPolicy {
+  stop,   // end with StopReason::context_full
+  // Keep the first n_keep tokens, drop half of the tokens after them (the
+  // oldest), evaluate the rest again at their new positions (the cache holds
+  // rotated keys, so moving them needs a new evaluation) and go on.
+  shift,
+};
 
 struct GenerateOptions {
   int32_t max_tokens = 128;  // <= 0: until EOG or the context is full
@@ -106,19 +115,48 @@ struct GenerateOptions {
   // invalid or unsupported schema throws LILIMS_ERR_INVALID_ARGUMENT before
   // anything is evaluated.  Empty: no schema.
   std::string json_schema;
-  // Called with each token and the complete UTF-8 text it completes; return
-  // true to stop.
+  // Called with each token and the complete UTF-8 text it releases; return
+  // true to stop.  With stop strings, text that could begin one is held back
+  // and released with a later token (or at the end, with token -1).
   std::function<bool(int32_t token, const std::string& text)> on_token;
+  // Generation ends (StopReason::stop_string) when the text contains one of
+  // these; the stop string and anything after it are neither in the result's
+  // text nor streamed.  The tokens that spelled it are in `tokens`, and in
+  // the session all but the last (not evaluated, as after an end of
+  // generation).  Empty strings and invalid UTF-8 are refused.  Not with
+  // json or json_schema (refused: those end when the value closes).
+  std::vector<std::string> stop;
+  ContextPolicy context_policy = ContextPolicy::stop;
+  // shift: the tokens kept at the start of the sequence; < 0: the BOS token
+  // when the sequence starts with one, else none.  Must leave at least two
+  // positions of the context to shift.  A json / json_schema value is
+  // planned to close within the context, so it never shifts.
+  int32_t n_keep = -1;
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated, EOG excluded
   std::string text;
   int32_t n_prompt_tokens = 0;
-  double prompt_seconds = 0.0;
-  double generate_seconds = 0.0;
+  // Prompt tokens found in the KV cache and not evaluated again
+  // (generate_reusing_prefix); n_prompt_tokens - n_reused_tokens were evaluated.
+  int32_t n_reused_tokens = 0;
+  double prompt_seconds = 0.0;       // evaluating the prompt
+  double first_token_seconds = 0.0;  // from the call's start to the first token sampled
+  double generate_seconds = 0.0;     // from the first token sampled to the end
   double mask_seconds = 0.0;  // computing schema token masks (part of generate_seconds)
+  int32_t n_shifts = 0;       // context shifts (ContextPolicy::shift)
+  // The process's peak resident memory when the call ended (VmHWM, see
+  // base/memory_info.h: whole process, model mapping included, never lower
+  // than an earlier call's); 0 when the platform does not tell.
+  uint64_t peak_resident_bytes = 0;
   StopReason stop = StopReason::max_tokens;
+
+  // Prompt tokens evaluated per second (0 when none were).
+  double prompt_tokens_per_second() const;
+  // Tokens after the first per second of generate_seconds (each one a
+  // decode step and a sample; 0 with fewer than two tokens).
+  double decode_tokens_per_second() const;
 };
 
 // A session is used by one thread at a time: every call below (except
@@ -158,7 +196,8 @@ class Session {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   // Generates after `full_prompt`, the whole sequence the session should
   // hold: reuses the KV cache for the longest prefix it already holds and
-  // evaluates only the rest (multi-turn chat, repeated system prompts).
+  // evaluates only the rest (multi-turn chat, repeated system prompts);
+  // the result's n_reused_tokens says how many were kept.
   GenerateResult generate_reusing_prefix(const std::vector<int32_t>& full_prompt,
                                          const GenerateOptions& opt);
   // Any thread: asks the call running at this moment to stop soon (eval
@@ -195,6 +234,9 @@ class Session {
   GenerateResult generate_impl(size_t keep, const std::vector<int32_t>& prompt,
                                const GenerateOptions& opt);
   void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
+  // ContextPolicy::shift: drops tokens after the kept start and evaluates
+  // the rest, with `next` (not yet evaluated) appended, at their new positions.
+  void shift_context(int32_t n_keep, int32_t next);
   // Throws unless a JSON object fits in `left` tokens.
   void check_json_room(int64_t left, bool cap_binds) const;
   // Same for a schema's value, from its start.

@@ -29,13 +29,61 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) {
     bad("repeat_penalty must be > 0 (1 = off)");
   }
+  if (!std::isfinite(p.frequency_penalty)) bad("frequency_penalty must be finite (0 = off)");
+  if (!std::isfinite(p.presence_penalty)) bad("presence_penalty must be finite (0 = off)");
+}
+
+void check_logit_bias(const std::vector<std::pair<int32_t, float>>& bias, int32_t n_vocab) {
+  std::unordered_set<int32_t> banned;
+  for (const auto& [id, b] : bias) {
+    if (id < 0 || id >= n_vocab) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[sampling] logit bias for token " +
+                                                   std::to_string(id) +
+                                                   ", outside the vocabulary (0.." +
+                                                   std::to_string(n_vocab - 1) + ")");
+    }
+    if (std::isnan(b) || b == INFINITY) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[sampling] logit bias for token " + std::to_string(id) + " is " +
+                      (std::isnan(b) ? "NaN" : "+infinity") +
+                      "; a bias is finite, or -infinity to ban the token");
+    }
+    if (b == -INFINITY) banned.insert(id);
+  }
+  if ((int64_t)banned.size() == (int64_t)n_vocab) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[sampling] the logit bias bans every token");
+  }
+}
+
+void Sampler::prepare(int32_t n_vocab) {
+  if (!p_.logit_bias.empty() && bias_.size() != (size_t)n_vocab) {
+    check_logit_bias(p_.logit_bias, n_vocab);
+    bias_.assign((size_t)n_vocab, 0.0f);
+    for (const auto& [id, b] : p_.logit_bias) bias_[(size_t)id] += b;
+  }
+}
+
+void Sampler::accept(int32_t token) {
+  if (p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f) return;
+  if (token < 0) return;
+  if ((size_t)token >= counts_.size()) counts_.resize((size_t)token + 1, 0);
+  ++counts_[(size_t)token];
 }
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab, const std::vector<int32_t>& recent,
                         const uint8_t* allowed, const std::function<bool(int32_t)>* accept) {
+  prepare(n_vocab);
   cand_.clear();
-  for (int32_t i = 0; i < n_vocab; ++i) {
-    if (!allowed || allowed[i]) cand_.emplace_back(logits[i], i);
+  if (bias_.empty()) {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      if (!allowed || allowed[i]) cand_.emplace_back(logits[i], i);
+    }
+  } else {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      if ((!allowed || allowed[i]) && bias_[(size_t)i] != -INFINITY) {
+        cand_.emplace_back(logits[i] + bias_[(size_t)i], i);
+      }
+    }
   }
   if (cand_.empty()) return -1;
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
@@ -46,6 +94,12 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const std::vector<
       if (seen.count(c.second)) {
         c.first = c.first > 0 ? c.first / p_.repeat_penalty : c.first * p_.repeat_penalty;
       }
+    }
+  }
+  if (!counts_.empty()) {
+    for (auto& c : cand_) {
+      const int32_t n = (size_t)c.second < counts_.size() ? counts_[(size_t)c.second] : 0;
+      if (n > 0) c.first -= (float)n * p_.frequency_penalty + p_.presence_penalty;
     }
   }
   auto by_logit = [](const auto& a, const auto& b) {

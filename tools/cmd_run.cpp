@@ -20,48 +20,54 @@ using namespace lilims;
 
 // On stdout for --help (exit 0); a usage error names the flag on stderr instead.
 void usage() {
-  std::fprintf(stdout,
-               "usage: lilims run [-m MODEL.gguf] -p PROMPT [options]\n"
-               "  -m, --model PATH       GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
-               "  -p, --prompt TEXT      the prompt (a user turn in the model's chat template)\n"
-               "  -f, --file PATH        read the prompt from a file\n"
-               "  -n, --n-predict N      tokens to generate (default 128; -1: until the end or a full context)\n"
-               "  --system TEXT          system turn of the chat template\n"
-               "  --raw                  use the prompt as it is, without the chat template\n"
-               "  --parse-special-in-prompt  special-token text in the prompt and --system becomes\n"
-               "                         special tokens (by default it is plain text: only the\n"
-               "                         template's markers are; --raw prompts always parse it)\n"
-               "  --json                 the output is one strictly valid JSON object\n"
-               "  --json-schema FILE|JSON  the output is one JSON value valid for this JSON Schema\n"
-               "                         (a file, or the schema itself when it starts with '{')\n"
-               "  --tools FILE           tools the model may call (one tool object or an array;\n"
-               "                         repeatable): they are described in the system turn and\n"
-               "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
-               "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
-               "  --temp T               temperature (default 0: greedy)\n"
-               "  --top-k K              keep the K most likely tokens (default 40; 0: off)\n"
-               "  --top-p P              nucleus sampling (default 0.95; 1: off)\n"
-               "  --min-p P              drop tokens below P times the top one (default 0.05; 0: off)\n"
-               "  --repeat-penalty R     penalise recent tokens (default 1: off)\n"
-               "  --repeat-last-n N      how many recent tokens the penalty sees (default 64; -1: all)\n"
-               "  -s, --seed S           sampling seed, 0 to 2^64-1 (default 0)\n"
-               "  -t, --threads N        threads, 1 to 256 (default: all cores)\n"
-               "  -c, --ctx-size N       context length, 1 to 2^20 (default: the model's, up to\n"
-               "                         4096; refused when its KV cache would not fit in memory)\n"
-               "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
-               "  --kv-type TYPE         KV cache type: f16 (default), q8_0, f32\n"
-               "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"
-               "  --chunk-layers K       transformer blocks per execution chunk (default 3)\n"
-               "  --kv-commit MODE       new K/V rows reach the cache sync or async (default sync)\n"
-               "  --no-mmap              read the model into memory instead of mapping it\n"
-               "  -q, --quiet            no statistics on stderr\n");
+  std::fputs(
+      "usage: lilims run [-m MODEL.gguf] -p PROMPT [options]\n"
+      "  -m, --model PATH       GGUF model (default: the cached SmolLM2-135M-Instruct)\n"
+      "  -p, --prompt TEXT      the prompt (a user turn in the model's chat template)\n"
+      "  -f, --file PATH        read the prompt from a file\n"
+      "  -n, --n-predict N      tokens to generate (default 128; -1: until the end or a full context)\n"
+      "  --system TEXT          system turn of the chat template\n"
+      "  --raw                  use the prompt as it is, without the chat template\n"
+      "  --parse-special-in-prompt  special-token text in the prompt and --system becomes\n"
+      "                         special tokens (by default it is plain text: only the\n"
+      "                         template's markers are; --raw prompts always parse it)\n"
+      "  --json                 the output is one strictly valid JSON object\n"
+      "  --json-schema FILE|JSON  the output is one JSON value valid for this JSON Schema\n"
+      "                         (a file, or the schema itself when it starts with '{')\n"
+      "  --tools FILE           tools the model may call (one tool object or an array;\n"
+      "                         repeatable): they are described in the system turn and\n"
+      "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
+      "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
+      "  --temp T               temperature (default 0: greedy)\n"
+      "  --top-k K              keep the K most likely tokens (default 40; 0: off)\n"
+      "  --top-p P              nucleus sampling (default 0.95; 1: off)\n"
+      "  --min-p P              drop tokens below P times the top one (default 0.05; 0: off)\n"
+      "  --repeat-penalty R     penalise recent tokens (default 1: off)\n"
+      "  --repeat-last-n N      how many recent tokens the penalty sees (default 64; -1: all)\n",
+      stdout);
+  std::fputs(tools::kGenerationHelp, stdout);
+  std::fputs(
+      "  -s, --seed S           sampling seed, 0 to 2^64-1 (default 0)\n"
+      "  -t, --threads N        threads, 1 to 256 (default: all cores)\n"
+      "  -c, --ctx-size N       context length, 1 to 2^20 (default: the model's, up to\n"
+      "                         4096; refused when its KV cache would not fit in memory)\n"
+      "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
+      "  --kv-type TYPE         KV cache type: f16 (default), q8_0, f32\n"
+      "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"
+      "  --chunk-layers K       transformer blocks per execution chunk (default 3)\n"
+      "  --kv-commit MODE       new K/V rows reach the cache sync or async (default sync)\n"
+      "  --no-mmap              read the model into memory instead of mapping it\n"
+      "  -q, --quiet            no statistics on stderr\n"
+      "  -v, --verbose          also time to first token, reused prompt tokens, context\n"
+      "                         shifts and the process's peak resident memory on stderr\n",
+      stdout);
 }
 
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
   std::string prompt, prompt_file, system_prompt, template_name, schema_arg;
   std::vector<std::string> tool_files;
-  bool have_prompt = false, raw = false, quiet = false, special_in_prompt = false;
+  bool have_prompt = false, raw = false, quiet = false, verbose = false, special_in_prompt = false;
   runtime::GenerateOptions gen;
   gen.max_tokens = 128;
   try {
@@ -96,7 +102,10 @@ int run_main(int argc, char** argv) {
         tool_files.push_back(next());
       } else if (a == "-q" || a == "--quiet") {
         quiet = true;
-      } else if (tools::parse_sampling(a, next, gen.sampling)) {
+      } else if (a == "-v" || a == "--verbose") {
+        verbose = true;
+      } else if (tools::parse_sampling(a, next, gen.sampling) ||
+                 tools::parse_generation(a, next, gen)) {
         continue;
       } else if (a == "-h" || a == "--help") {
         usage();
@@ -108,6 +117,10 @@ int run_main(int argc, char** argv) {
     if (!have_prompt) throw std::invalid_argument("a prompt is needed (-p TEXT or -f FILE)");
     if (gen.json + !schema_arg.empty() + !tool_files.empty() > 1) {
       throw std::invalid_argument("--json, --json-schema and --tools exclude each other");
+    }
+    if (!gen.stop.empty() && (gen.json || !schema_arg.empty() || !tool_files.empty())) {
+      throw std::invalid_argument("--stop does not apply to --json, --json-schema or --tools "
+                                  "(their output ends when the value closes)");
     }
   } catch (const std::invalid_argument& e) {
     cli::fail("run", std::string(e.what()) + " (see lilims run --help)");
@@ -176,10 +189,15 @@ int run_main(int argc, char** argv) {
     }
     std::fputc('\n', stdout);
     if (r.stop == runtime::StopReason::context_full) {
-      std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge)\n",
+      std::fprintf(stderr, "lilims run: stopped: the context of %d tokens is full (-c to enlarge, "
+                   "or --context-shift)\n",
                    session.n_ctx());
     }
-    if (!quiet) tools::print_stats(stderr, r, session);
+    if (verbose) {
+      tools::print_verbose_stats(stderr, r, session);
+    } else if (!quiet) {
+      tools::print_stats(stderr, r, session);
+    }
     return 0;
   } catch (const std::exception& e) {
     return cli::fail("run", e.what());

@@ -109,6 +109,51 @@ bool parse_sampling(const std::string& a, const std::function<const char*()>& ne
   return true;
 }
 
+const char* const kGenerationHelp =
+    "  --stop STR             stop when the text contains STR (repeatable; the stop string is\n"
+    "                         not printed; not with --json, --json-schema or --tools)\n"
+    "  -l, --logit-bias ID(+|-)BIAS  add BIAS to token ID's logit; ID-inf bans it (repeatable)\n"
+    "  --frequency-penalty F  subtract F times the count of each token generated so far\n"
+    "                         (default 0: off)\n"
+    "  --presence-penalty F   subtract F from each token generated so far (default 0: off)\n"
+    "  --context-shift        when the context is full, drop the older half of the tokens\n"
+    "                         after the kept start and go on (default: stop; with -n -1\n"
+    "                         generation then runs until the model ends the text)\n"
+    "  --keep N               tokens --context-shift keeps at the start (default: the system\n"
+    "                         turn in chat, else the BOS token)\n";
+
+bool parse_generation(const std::string& a, const std::function<const char*()>& next,
+                      runtime::GenerateOptions& g) {
+  if (a == "--stop") {
+    g.stop.emplace_back(next());
+    if (g.stop.back().empty()) throw std::invalid_argument("--stop was given an empty string");
+  } else if (a == "-l" || a == "--logit-bias") {
+    // llama.cpp's form: the id, then the bias with its sign ("15043+1.5", "2-inf").
+    const std::string v = next();
+    const size_t sign = v.find_first_of("+-", 1);
+    if (sign == std::string::npos || sign == 0) {
+      throw std::invalid_argument(a + " expects ID+BIAS or ID-BIAS, got '" + v + "'");
+    }
+    const auto id = (int32_t)cli::parse_int(a.c_str(), v.substr(0, sign).c_str(), 0, INT32_MAX);
+    const double bias = cli::parse_float(a.c_str(), v.substr(sign + 1).c_str());
+    if (v[sign + 1] == '+' || v[sign + 1] == '-') {
+      throw std::invalid_argument(a + " expects one sign between ID and BIAS, got '" + v + "'");
+    }
+    g.sampling.logit_bias.emplace_back(id, (float)(v[sign] == '-' ? -bias : bias));
+  } else if (a == "--frequency-penalty") {
+    g.sampling.frequency_penalty = (float)cli::parse_float("--frequency-penalty", next());
+  } else if (a == "--presence-penalty") {
+    g.sampling.presence_penalty = (float)cli::parse_float("--presence-penalty", next());
+  } else if (a == "--context-shift") {
+    g.context_policy = runtime::ContextPolicy::shift;
+  } else if (a == "--keep") {
+    g.n_keep = (int32_t)cli::parse_int("--keep", next(), 0, kMaxCtx);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::string read_text_file(const std::string& path) { return read_regular_file(path, "file"); }
 
 void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s) {
@@ -116,14 +161,23 @@ void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Ses
   std::fprintf(out,
                "[lilims] prompt: %d tokens in %.3f s (%.1f t/s) | generated: %d tokens in "
                "%.3f s (%.1f t/s) | %d threads, isa %s\n",
-               r.n_prompt_tokens, r.prompt_seconds,
-               r.prompt_seconds > 0 ? r.n_prompt_tokens / r.prompt_seconds : 0.0, n,
-               r.generate_seconds, r.generate_seconds > 0 ? n / r.generate_seconds : 0.0,
+               r.n_prompt_tokens - r.n_reused_tokens, r.prompt_seconds,
+               r.prompt_tokens_per_second(), n, r.generate_seconds,
+               r.decode_tokens_per_second(),
                s.n_threads(), kernels::isa_name(kernels::active_isa()));
   if (r.mask_seconds > 0) {
     std::fprintf(out, "[lilims] schema masks: %.3f s (%.1f us per token)\n", r.mask_seconds,
                  n > 0 ? 1e6 * r.mask_seconds / n : 0.0);
   }
+}
+
+void print_verbose_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s) {
+  print_stats(out, r, s);
+  std::fprintf(out,
+               "[lilims] time to first token: %.3f s | prompt tokens reused: %d of %d | context "
+               "shifts: %d | peak resident memory: %.1f MiB (process)\n",
+               r.first_token_seconds, r.n_reused_tokens, r.n_prompt_tokens, r.n_shifts,
+               (double)r.peak_resident_bytes / (1 << 20));
 }
 
 }  // namespace lilims::tools

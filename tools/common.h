@@ -42,9 +42,18 @@ std::unique_ptr<runtime::Model> open_model(const CommonArgs& args);
 
 bool parse_sampling(const std::string& arg, const std::function<const char*()>& next,
                     runtime::SamplingParams& p);
+// --stop, --logit-bias / -l, --frequency-penalty, --presence-penalty,
+// --context-shift and --keep (the generation loop's options run and chat share).
+bool parse_generation(const std::string& arg, const std::function<const char*()>& next,
+                      runtime::GenerateOptions& g);
+// The --help lines of parse_generation's options.
+extern const char* const kGenerationHelp;
 // A prompt or text file; only regular files (a FIFO or /dev/zero would block
 // or never end).  Throws lilims::Error LILIMS_ERR_IO naming the path.
 std::string read_text_file(const std::string& path);
 void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s);
+// print_stats' line plus time to first token, reused prompt tokens, context
+// shifts and the process's peak resident memory (--verbose).
+void print_verbose_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s);
 
 }  // namespace lilims::tools

@@ -230,9 +230,12 @@ typedef struct lilims_sampling_params {
 lilims_sampling_params lilims_sampling_default_params(void);
 
 /* Called with each newly generated piece of text (always whole UTF-8
- * characters; may be empty when a token completes no character yet) and its
- * token (-1 for bytes held back until the end and flushed then, which are
- * invalid UTF-8 replaced by U+FFFD).  Return nonzero to stop generation. */
+ * characters; may be empty when a token completes no character yet, or when
+ * its text could still begin a stop string and is held back until a later
+ * token shows it does not) and its token (-1 for text held back until the
+ * end and flushed then: the tail that could have begun a stop string, and
+ * bytes that never formed a character, replaced by U+FFFD).  Return nonzero
+ * to stop generation. */
 typedef int (*lilims_token_callback)(void *user_data, lilims_token token, const char *text,
                                      size_t text_len);
 
@@ -242,6 +245,22 @@ typedef struct lilims_tool {
   const char *description; /* may be NULL */
   const char *parameters;  /* JSON Schema (an object) of the arguments; NULL = no arguments */
 } lilims_tool;
+
+/* One entry of lilims_generate_params.logit_bias. */
+typedef struct lilims_logit_bias {
+  lilims_token token;
+  float bias; /* added to the token's logit; -INFINITY bans it */
+} lilims_logit_bias;
+
+/* What generation does when the context is full (lilims_generate_params.context_policy). */
+typedef enum lilims_context_policy {
+  LILIMS_CONTEXT_STOP = 0, /* stop with stop_reason 3 */
+  /* Keep the first n_keep tokens, drop the older half (rounded down) of the
+   * tokens after them, evaluate the remaining ones again at their new
+   * positions (the cache holds rotated keys) and go on generating.  The
+   * dropped text is forgotten. */
+  LILIMS_CONTEXT_SHIFT = 1
+} lilims_context_policy;
 
 typedef struct lilims_generate_params {
   size_t struct_size;
@@ -264,19 +283,71 @@ typedef struct lilims_generate_params {
    * (lilims_tools_prompt).  Excludes json_schema and json_object. */
   const lilims_tool *tools;
   size_t n_tools;
+  /* Appended after 0.2.0 (a caller built against an older header gets the defaults). */
+  /* Stop strings (UTF-8, NUL-terminated, none empty): generation ends with
+   * stop_reason 5 when the text contains one, even across tokens.  The stop
+   * string and what follows it are neither streamed nor counted as text;
+   * on_token holds back only text that could still begin one.  The tokens
+   * that spelled it stay in the session, except the last (as after an end
+   * of generation token).  Refused with json_object, json_schema and tools:
+   * their output ends when the value closes. */
+  const char *const *stop;
+  size_t n_stop;
+  /* OpenAI's penalties, over the tokens generated in this call (the prompt
+   * does not count): with c the times token j was generated so far,
+   *   logit[j] -= c * frequency_penalty + (c > 0 ? presence_penalty : 0).
+   * Applied after logit_bias and repeat_penalty, before temperature and
+   * the top-k / top-p / min-p filters.  0 = off (the default); finite. */
+  float frequency_penalty;
+  float presence_penalty;
+  /* Added to the logits before anything else; a token listed twice gets
+   * both.  A token outside the vocabulary or a NaN / +INFINITY bias is
+   * LILIMS_ERR_INVALID_ARGUMENT, as is banning every token. */
+  const lilims_logit_bias *logit_bias;
+  size_t n_logit_bias;
+  int32_t context_policy; /* lilims_context_policy (default LILIMS_CONTEXT_STOP) */
+  /* LILIMS_CONTEXT_SHIFT: tokens kept at the start of the sequence (a system
+   * prompt); -1 (the default): the BOS token when the sequence starts with
+   * one, else none.  At most n_ctx - 2.  The prompt itself must fit the
+   * context; json_object / json_schema / tools output is planned to close
+   * within the context and never shifts. */
+  int32_t n_keep;
+  /* Nonzero: prompt is the whole sequence the session should hold (a chat
+   * rendered anew each turn, tokenized with add_bos as for an empty
+   * session): the longest prefix of it already in the session is kept and
+   * only the rest is evaluated (stats.n_reused_tokens).  0 (the default):
+   * the prompt is appended after the session's tokens. */
+  int32_t reuse_prefix;
 } lilims_generate_params;
 
 lilims_generate_params lilims_generate_default_params(void);
 
 typedef struct lilims_generate_stats {
   size_t struct_size;
-  int32_t n_prompt_tokens;
+  int32_t n_prompt_tokens; /* the prompt's tokens (reuse_prefix: the whole sequence's) */
   int32_t n_generated_tokens;
-  double prompt_seconds;   /* time to evaluate the prompt (time to first token) */
-  double generate_seconds; /* time for the generated tokens after the first */
-  int32_t stop_reason;     /* 0 max_tokens, 1 end of generation token, 2 callback, 3 context full, 4 cancelled */
+  double prompt_seconds;   /* time to evaluate the prompt */
+  double generate_seconds; /* from the first token sampled to the end of the call */
+  /* 0 max_tokens, 1 end of generation token, 2 callback, 3 context full,
+   * 4 cancelled, 5 a stop string */
+  int32_t stop_reason;
   /* Appended after 0.1.0: */
   double mask_seconds;     /* computing token masks for json_schema / tools (part of generate_seconds) */
+  /* Appended after 0.2.0: */
+  double first_token_seconds; /* time to first token: from the call's start to the first
+                                 token sampled (prompt evaluation + one sample) */
+  /* (n_prompt_tokens - n_reused_tokens) / prompt_seconds; 0 when nothing was evaluated */
+  double prompt_tokens_per_second;
+  /* (n_generated_tokens - 1) / generate_seconds: every token after the first is one
+   * decode step and one sample; 0 with fewer than two tokens */
+  double decode_tokens_per_second;
+  /* prompt tokens found in the session and not evaluated again (reuse_prefix) */
+  int32_t n_reused_tokens;
+  int32_t n_context_shifts; /* times LILIMS_CONTEXT_SHIFT shifted the context */
+  /* The process's peak resident memory in bytes when the call ended (Linux
+   * VmHWM / getrusage ru_maxrss): the whole process, mapped model weights
+   * included, and never lower than at an earlier call.  0 when unknown. */
+  uint64_t peak_resident_bytes;
 } lilims_generate_stats;
 
 /* Appends the prompt (raw text, tokenized here; may be empty) to the session,

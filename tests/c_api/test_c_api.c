@@ -129,6 +129,18 @@ int main(int argc, char **argv) {
   CHECK(strncmp(col.text, "Once upon a time", 16) == 0);
   printf("generated: %s\n", col.text);
 
+  /* the same with a stop string across tokens: " a ti" ends the text */
+  CHECK(lilims_session_reset(session) == LILIMS_OK);
+  memset(&col, 0, sizeof col);
+  col.stop_after = 100;
+  const char *stops[] = {" a ti"};
+  gp.stop = stops;
+  gp.n_stop = 1;
+  CHECK(lilims_generate(session, "", &gp, &stats) == LILIMS_OK);
+  CHECK(stats.stop_reason == 5);
+  CHECK(strcmp(col.text, "Once upon") == 0);
+  CHECK(stats.decode_tokens_per_second > 0.0);
+
   lilims_session_free(session);
   lilims_model_free(model);
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
