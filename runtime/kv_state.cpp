@@ -380,15 +380,18 @@ void Session::save_state_file(const std::string& path) {
   }
 }
 
-void Session::load_state(const void* data, size_t size) {
-  Call call(*this);
-  if (!data && size) throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[state] the data is NULL");
-  const SessionShape s = shape_of(model_, *exec_);
-  const StateView v = check_state(s, exec_->n_ctx(), static_cast<const uint8_t*>(data), size);
+namespace {
+
+// Checks a state against the session's model and cache, then makes it the
+// session's content.
+void apply_state(const Model& model, graph::Executor& exec, std::vector<int32_t>& tokens,
+                 std::vector<float>& logits, bool& has_logits, const uint8_t* data, size_t size) {
+  const SessionShape s = shape_of(model, exec);
+  const StateView v = check_state(s, exec.n_ctx(), data, size);
   // Nothing below can fail: the session changes only now.
   const int32_t n = (int32_t)v.n_tokens;
-  exec_->release_from(n);
-  graph::KvCache& kv = exec_->kv_cache();
+  exec.release_from(n);
+  graph::KvCache& kv = exec.kv_cache();
   const size_t layer_rows = (size_t)n * s.row_bytes;
   const uint8_t* rows = v.rows;
   for (uint32_t l = 0; l < s.n_layer; ++l) {
@@ -396,13 +399,13 @@ void Session::load_state(const void* data, size_t size) {
     kv.write_rows((int)l, 1, 0, n, rows + layer_rows);
     rows += 2 * layer_rows;
   }
-  tokens_.resize((size_t)n);  // within the capacity reserved for n_ctx
-  if (n > 0) std::memcpy(tokens_.data(), v.tokens, (size_t)n * sizeof(int32_t));
-  has_logits_ = v.logits != nullptr;
-  if (v.logits) std::memcpy(logits_.data(), v.logits, logits_.size() * sizeof(float));
+  tokens.resize((size_t)n);  // within the capacity reserved for n_ctx
+  if (n > 0) std::memcpy(tokens.data(), v.tokens, (size_t)n * sizeof(int32_t));
+  has_logits = v.logits != nullptr;
+  if (v.logits) std::memcpy(logits.data(), v.logits, logits.size() * sizeof(float));
 }
 
-void Session::load_state_file(const std::string& path) {
+std::vector<uint8_t> read_state_file(const std::string& path) {
   unsigned long long size = 0;
   const int fd = open_regular_file(path, "state", &size);
   struct Closer {
@@ -428,7 +431,22 @@ void Session::load_state_file(const std::string& path) {
     done += (size_t)r;
   }
   bytes.resize(done);
-  load_state(bytes.data(), bytes.size());
+  return bytes;
+}
+
+}  // namespace
+
+void Session::load_state(const void* data, size_t size) {
+  Call call(*this);
+  if (!data && size) throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[state] the data is NULL");
+  apply_state(model_, *exec_, tokens_, logits_, has_logits_, static_cast<const uint8_t*>(data),
+              size);
+}
+
+void Session::load_state_file(const std::string& path) {
+  Call call(*this);
+  const std::vector<uint8_t> bytes = read_state_file(path);
+  apply_state(model_, *exec_, tokens_, logits_, has_logits_, bytes.data(), bytes.size());
 }
 
 }  // namespace lilims::runtime

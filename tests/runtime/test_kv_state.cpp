@@ -76,33 +76,53 @@ void expect_unchanged(const Snapshot& before, const runtime::Session& s) {
   if (before.has_logits) expect_same_floats(s.logits(), before.logits, "logits");
 }
 
+// Bytes of one K (or V) row of a layer in the cache type, from the format's
+// definition rather than the cache's.
+uint64_t expected_row_bytes(quant::Type kv, int64_t kv_dim) {
+  switch (kv) {
+    case quant::Type::F32: return (uint64_t)kv_dim * 4;
+    case quant::Type::Q8_0: return (uint64_t)kv_dim / 32 * 34;  // 32 int8 + an fp16 scale
+    default: return (uint64_t)kv_dim * 2;
+  }
+}
+
 struct RoundTripCase {
   const char* name;
+  bool smollm2;  // stories260K's head dimension (8) is too small for a Q8_0 cache
   quant::Type kv;
   graph::KvCommit commit;
   bool file;
 };
+
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
 
 class KvStateRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
 // The restored session's next logits and its greedy continuation equal the
 // original's, bit for bit; the restoring session may have another n_ctx.
 TEST_P(KvStateRoundTrip, ContinuesExactlyAsTheOriginal) {
-  REQUIRE_STORIES();
   const RoundTripCase c = GetParam();
-  auto model = runtime::Model::open(stories_path());
+  const std::string path = c.smollm2 ? test::smollm2_path() : stories_path();
+  LILIMS_REQUIRE_FILE(path, c.smollm2 ? "scripts/fetch_model.sh fetches it"
+                                      : "../shared/data/stories260K, see SOURCES.md");
+  auto model = runtime::Model::open(path);
+  const models::HParams& hp = model->hparams();
   runtime::Session a(*model, options(256, c.kv, c.commit));
   const std::vector<int32_t> prompt = model->tokenizer().encode("Once upon a time, a little fox", true, false);
   a.eval(prompt);
+  const uint64_t n = prompt.size();
+  EXPECT_EQ(a.state_size(), runtime::kStateHeaderBytes + 4 * n +
+                                2 * (uint64_t)hp.n_layer * n * expected_row_bytes(c.kv, hp.kv_dim()) +
+                                4 * (uint64_t)hp.n_vocab + 8);
   runtime::Session b(*model, options(128, c.kv));
   b.eval(model->tokenizer().encode("Something else entirely", true, false));  // replaced by the load
   if (c.file) {
-    const std::string path = testing::TempDir() + "kv_state_" + c.name + ".bin";
-    a.save_state_file(path);
-    EXPECT_EQ(test::read_file(path).size(), a.state_size());
-    EXPECT_FALSE(test::file_exists(path + ".partial"));
-    b.load_state_file(path);
-    std::remove(path.c_str());
+    const std::string file = testing::TempDir() + "kv_state_" + c.name + ".bin";
+    a.save_state_file(file);
+    EXPECT_EQ(test::read_file(file).size(), a.state_size());
+    EXPECT_FALSE(test::file_exists(file + ".partial"));
+    b.load_state_file(file);
+    std::remove(file.c_str());
   } else {
     const std::vector<uint8_t> st = save(a);
     b.load_state(st.data(), st.size());
@@ -110,39 +130,38 @@ TEST_P(KvStateRoundTrip, ContinuesExactlyAsTheOriginal) {
   EXPECT_EQ(b.tokens(), a.tokens());
   ASSERT_TRUE(b.has_logits());
   expect_same_floats(b.logits(), a.logits(), "restored logits");
-  const std::vector<int32_t> next = {model->tokenizer().encode(" jumped", false, false)};
+  const std::vector<int32_t> next = model->tokenizer().encode(" jumped", false, false);
   a.eval(next);
   b.eval(next);
   expect_same_floats(b.logits(), a.logits(), "logits after one more token");
   const std::vector<int32_t> ga = greedy(a, 40), gb = greedy(b, 40);
-  EXPECT_EQ(ga.size(), 40u);
+  EXPECT_GE(ga.size(), 10u) << "too short a continuation to compare";
   EXPECT_EQ(gb, ga) << "greedy continuations differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     KvTypes, KvStateRoundTrip,
-    ::testing::Values(RoundTripCase{"f16_buffer", quant::Type::F16, graph::KvCommit::sync, false},
-                      RoundTripCase{"f16_file", quant::Type::F16, graph::KvCommit::sync, true},
-                      RoundTripCase{"q8_0_buffer", quant::Type::Q8_0, graph::KvCommit::sync, false},
-                      RoundTripCase{"q8_0_file", quant::Type::Q8_0, graph::KvCommit::sync, true},
-                      RoundTripCase{"f32_buffer", quant::Type::F32, graph::KvCommit::sync, false},
-                      RoundTripCase{"f16_async", quant::Type::F16, graph::KvCommit::async, false}),
+    ::testing::Values(
+        RoundTripCase{"f16_buffer", false, quant::Type::F16, graph::KvCommit::sync, false},
+        RoundTripCase{"f16_file", false, quant::Type::F16, graph::KvCommit::sync, true},
+        RoundTripCase{"f32_buffer", false, quant::Type::F32, graph::KvCommit::sync, false},
+        RoundTripCase{"f16_async", false, quant::Type::F16, graph::KvCommit::async, false},
+        RoundTripCase{"smollm2_f16_file", true, quant::Type::F16, graph::KvCommit::sync, true},
+        RoundTripCase{"smollm2_q8_0_buffer", true, quant::Type::Q8_0, graph::KvCommit::sync, false},
+        RoundTripCase{"smollm2_q8_0_file", true, quant::Type::Q8_0, graph::KvCommit::async, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
-TEST(KvState, SizeFollowsTheLayout) {
+TEST(KvState, SizeWithoutTokensOrLogits) {
   REQUIRE_STORIES();
   auto model = runtime::Model::open(stories_path());
   const models::HParams& hp = model->hparams();
-  runtime::Session s(*model, options(64, quant::Type::Q8_0));
+  runtime::Session s(*model, options(64));
   // An empty session: header and checksum only.
   EXPECT_EQ(s.state_size(), runtime::kStateHeaderBytes + 8);
   s.eval({1, 400, 401});
-  // Q8_0 rows: kv_dim / 32 blocks of 34 bytes.
-  const uint64_t row = (uint64_t)hp.kv_dim() / 32 * 34;
-  EXPECT_EQ(s.state_size(), runtime::kStateHeaderBytes + 3 * 4 + 2 * (uint64_t)hp.n_layer * 3 * row +
-                                (uint64_t)hp.n_vocab * 4 + 8);
   s.truncate(2);  // no logits until the next eval, so none are saved
-  EXPECT_EQ(s.state_size(), runtime::kStateHeaderBytes + 2 * 4 + 2 * (uint64_t)hp.n_layer * 2 * row + 8);
+  EXPECT_EQ(s.state_size(), runtime::kStateHeaderBytes + 2 * 4 +
+                                2 * (uint64_t)hp.n_layer * 2 * expected_row_bytes(quant::Type::F16, hp.kv_dim()) + 8);
 }
 
 // A truncated session saves no logits; the restored one has none either
@@ -326,14 +345,18 @@ TEST(KvState, OtherKvTypeIsRefused) {
   runtime::Session f16(*model, options(64, quant::Type::F16));
   f16.eval({1, 400, 401});
   const std::vector<uint8_t> st = save(f16);
-  runtime::Session q8(*model, options(64, quant::Type::Q8_0));
-  q8.eval({1, 20});
-  const Snapshot before(q8);
+  runtime::Session f32(*model, options(64, quant::Type::F32));
+  f32.eval({1, 20});
+  const Snapshot before(f32);
   std::string msg;
-  EXPECT_EQ(load_status(q8, st, st.size(), &msg), LILIMS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(load_status(f32, st, st.size(), &msg), LILIMS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(msg.find("F16 KV cache"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("Q8_0"), std::string::npos) << msg;
-  expect_unchanged(before, q8);
+  EXPECT_NE(msg.find("this session's is F32"), std::string::npos) << msg;
+  expect_unchanged(before, f32);
+  // And the other way round.
+  const std::vector<uint8_t> st32 = save(f32);
+  EXPECT_EQ(load_status(f16, st32, st32.size(), &msg), LILIMS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("F32 KV cache"), std::string::npos) << msg;
 }
 
 void expect_other_model(runtime::Session& s, const std::vector<uint8_t>& st) {
@@ -442,6 +465,8 @@ TEST(KvState, BusySessionRefusesEveryStateCall) {
   runtime::GenerateOptions go;
   go.max_tokens = 2;
   go.sampling.temperature = 0.0f;
+  s.save_state_file(path);  // so that only the busy flag can refuse the load
+  const std::string saved = test::read_file(path);
   go.on_token = [&](int32_t, const std::string&) {
     if (!seen.empty()) return false;
     status_of([&] { s.state_size(); });
@@ -455,7 +480,9 @@ TEST(KvState, BusySessionRefusesEveryStateCall) {
   s.generate_tokens({401}, go);
   ASSERT_EQ(seen.size(), 6u);
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], LILIMS_ERR_BUSY) << "call " << i;
-  EXPECT_FALSE(test::file_exists(path));
+  EXPECT_EQ(test::read_file(path), saved);
+  EXPECT_FALSE(test::file_exists(path + ".partial"));
+  std::remove(path.c_str());
 }
 
 TEST(KvState, FileErrors) {
