@@ -4,12 +4,17 @@
 // one, or one too long for the context is refused and the session is left
 // exactly as it was.  Uses stories260K (../shared/data) and the tiny models
 // in tests/data/tiny.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "memory_util.h"
 #include "models/gguf.h"
 #include "runtime/engine.h"
 #include "runtime/kv_state.h"
@@ -150,6 +155,35 @@ INSTANTIATE_TEST_SUITE_P(
         RoundTripCase{"smollm2_q8_0_buffer", true, quant::Type::Q8_0, graph::KvCommit::sync, false},
         RoundTripCase{"smollm2_q8_0_file", true, quant::Type::Q8_0, graph::KvCommit::async, true}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Restoring writes only the rows of the state's tokens: a session with room
+// for 8192 positions becomes resident for the 64 restored, not the context.
+TEST(KvState, RestoreMakesOnlyTheRestoredRowsResident) {
+  LILIMS_REQUIRE_FILE(test::smollm2_path(), "scripts/fetch_model.sh fetches it");
+  LILIMS_REQUIRE_RSS();
+  auto model = runtime::Model::open(test::smollm2_path());
+  const models::HParams& hp = model->hparams();
+  std::vector<int32_t> t{1};
+  for (int i = 1; i < 64; ++i) t.push_back(1000 + 37 * i);
+  std::vector<uint8_t> st;
+  {
+    runtime::Session src(*model, options(256));
+    src.eval(t);
+    st = save(src);
+  }
+  runtime::Session s(*model, options(8192));
+  const int64_t per_pos = 2 * (int64_t)hp.n_layer * (int64_t)expected_row_bytes(quant::Type::F16, hp.kv_dim());
+  const int64_t page = (int64_t)sysconf(_SC_PAGESIZE);
+  // Each (layer, K|V) region may hold one partly used page at each end.
+  const int64_t region_pages = (int64_t)2 * hp.n_layer * 2 * page;
+  const int64_t r0 = test::rss_anon_bytes();
+  s.load_state(st.data(), st.size());
+  const int64_t grown = test::rss_anon_bytes() - r0;
+  std::printf("restoring 64 tokens into n_ctx 8192: +%lld bytes (rows %lld, whole cache %lld)\n",
+              (long long)grown, (long long)(64 * per_pos), (long long)(8192 * per_pos));
+  EXPECT_LE(grown, 64 * per_pos + region_pages + (1 << 20));
+  EXPECT_EQ(s.n_past(), 64);
+}
 
 TEST(KvState, SizeWithoutTokensOrLogits) {
   REQUIRE_STORIES();
