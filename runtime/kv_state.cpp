@@ -60,10 +60,20 @@ constexpr size_t kOffVersion = 8, kOffHeaderBytes = 12, kOffLilims = 16, kOffKvT
                  kOffTotal = 72;
 static_assert(kOffTotal + 8 == kStateHeaderBytes, "the header's fields fill it");
 
+// XXH3-64 over many small fields: they gather in a block first, as one
+// update per token of a 49k vocabulary would cost more than the hashing.
 class Hasher {
  public:
   Hasher() { XXH3_64bits_reset(&st_); }
-  void bytes(const void* p, size_t n) { XXH3_64bits_update(&st_, p, n); }
+  void bytes(const void* p, size_t n) {
+    if (used_ + n > sizeof block_) flush();
+    if (n > sizeof block_) {
+      XXH3_64bits_update(&st_, p, n);
+      return;
+    }
+    std::memcpy(block_ + used_, p, n);
+    used_ += n;
+  }
   void u64(uint64_t v) {
     uint8_t b[8];
     put_u64(b, v);
@@ -78,10 +88,20 @@ class Hasher {
     u64(s.size());
     bytes(s.data(), s.size());
   }
-  uint64_t digest() const { return XXH3_64bits_digest(&st_); }
+  uint64_t digest() {
+    flush();
+    return XXH3_64bits_digest(&st_);
+  }
 
  private:
+  void flush() {
+    XXH3_64bits_update(&st_, block_, used_);
+    used_ = 0;
+  }
+
   XXH3_state_t st_;
+  uint8_t block_[16384];
+  size_t used_ = 0;
 };
 
 // The RoPE factors a session of n_ctx rotates keys with, hashed; 0 for none.
