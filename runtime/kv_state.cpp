@@ -348,19 +348,25 @@ uint64_t model_fingerprint(const Model& model) {
 
 uint64_t Session::state_size() {
   Call call(*this);
-  const SessionShape s = shape_of(model_, *exec_);
-  return layout_of(s, tokens_.size(), has_logits_).total;
+  const models::HParams& hp = model_.hparams();
+  return state_layout(tokens_.size(), (uint64_t)hp.n_layer, exec_->kv_cache().row_bytes(),
+                      (uint64_t)hp.n_vocab, has_logits_)
+      .total;
 }
 
 size_t Session::save_state(void* buf, size_t capacity) {
   Call call(*this);
-  const SessionShape s = shape_of(model_, *exec_);
-  const uint64_t need = layout_of(s, tokens_.size(), has_logits_).total;
+  const models::HParams& hp = model_.hparams();
+  const uint64_t need = state_layout(tokens_.size(), (uint64_t)hp.n_layer,
+                                     exec_->kv_cache().row_bytes(), (uint64_t)hp.n_vocab,
+                                     has_logits_)
+                            .total;
   if (!buf || need > capacity) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[state] a buffer of " + std::to_string(capacity) +
                                                  " bytes is too small: the state needs " +
                                                  std::to_string(need));
   }
+  const SessionShape s = shape_of(model_, *exec_);
   uint8_t* out = static_cast<uint8_t*>(buf);
   emit_state(s, *exec_, tokens_, has_logits_ ? logits_.data() : nullptr,
              [&](const void* p, size_t n) {

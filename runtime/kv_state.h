@@ -56,7 +56,7 @@ StateLayout state_layout(uint64_t n_tokens, uint64_t n_layer, uint64_t row_bytes
 // text and type), every tensor's name, type and shape, and samples of every
 // tensor's bytes (its start, two inner points and its end), so that two
 // fine-tunes of one base model, identical in everything but their weights,
-// differ.  Reads a few hundred bytes of each tensor; no allocation.
+// differ.  Reads 1 KiB of each tensor (about a millisecond for SmolLM2-135M).
 uint64_t model_fingerprint(const Model& model);
 
 }  // namespace lilims::runtime
