@@ -187,8 +187,6 @@ std::string version_of(const uint8_t* h) {
          "." + std::to_string(get_u32(h + kOffLilims + 8));
 }
 
-const char* kv_type_name(uint32_t ggml_type) { return quant::ggml_type_name(ggml_type); }
-
 // A state checked against a session: where its parts are in the bytes.
 struct StateView {
   uint32_t n_tokens = 0;
@@ -254,10 +252,10 @@ StateView check_state(const SessionShape& s, int32_t n_ctx, const uint8_t* d, si
   }
   if (kv_type != (uint32_t)s.kv_type) {
     refuse(LILIMS_ERR_INVALID_ARGUMENT,
-           std::string("the state holds a ") + kv_type_name(kv_type) +
-               " KV cache and this session's is " + kv_type_name((uint32_t)s.kv_type) +
+           std::string("the state holds a ") + quant::ggml_type_name(kv_type) +
+               " KV cache and this session's is " + quant::ggml_type_name((uint32_t)s.kv_type) +
                "; rows are not converted (the values would differ from what the session computes): "
-               "load it into a session with a " + kv_type_name(kv_type) + " cache");
+               "load it into a session with a " + quant::ggml_type_name(kv_type) + " cache");
   }
   if (get_u64(d + kOffRope) != s.rope) {
     refuse(LILIMS_ERR_INVALID_ARGUMENT,
