@@ -39,6 +39,10 @@ class Executor {
   void sync() { kv_->sync(); }
   // The sequence now keeps only positions [0, n_keep).
   void release_from(int32_t n_keep) { kv_->release_from(n_keep); }
+  // The committed cache, for saving and restoring a session's state (sync()
+  // before reading it).
+  const KvCache& kv_cache() const { return *kv_; }
+  KvCache& kv_cache() { return *kv_; }
 
  private:
   void block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits, bool all_logits);

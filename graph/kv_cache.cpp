@@ -165,6 +165,17 @@ void KvCache::helper() {
 
 void KvCache::sync() { wait(issued_); }
 
+void KvCache::write_rows(int layer, int kv, int32_t pos0, int32_t n, const uint8_t* rows) {
+  if (layer < 0 || layer >= cfg_.n_layer || pos0 < 0 || n < 0 || pos0 > cfg_.n_ctx - n) {
+    throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] rows out of range");
+  }
+  sync();
+  if (n == 0) return;
+  storage_->mark_used(pos0 + n);
+  uint8_t* dst = (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)pos0 * row_bytes_;
+  std::memcpy(dst, rows, (size_t)n * row_bytes_);
+}
+
 void KvCache::release_from(int32_t n_keep) {
   sync();
   storage_->release_from(n_keep);

@@ -85,6 +85,11 @@ class KvCache {
   // Positions [0, n) will be written (sync() first when reading the cache elsewhere).
   void mark_used(int32_t n) { storage_->mark_used(n); }
   void release_from(int32_t n_keep);
+  // Writes n rows already in the cache type (n * row_bytes() bytes) to
+  // positions pos0.. of a layer's K (kv 0) or V (kv 1), after every commit
+  // issued so far, so that a queued commit cannot overwrite them.  Restoring
+  // a saved state goes through here: only the pages of those rows are touched.
+  void write_rows(int layer, int kv, int32_t pos0, int32_t n, const uint8_t* rows);
 
  private:
   struct Job {

@@ -438,6 +438,97 @@ const float* lilims_session_logits(const lilims_session* session) {
   }
 }
 
+// ---- session state ----
+
+lilims_status lilims_session_truncate(lilims_session* session, int32_t n_keep) {
+  if (!session) return null_arg("session_truncate", "session");
+  return guarded([&] {
+    session->impl->truncate(n_keep);
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_tokens(const lilims_session* session, lilims_token* out_tokens,
+                                    size_t capacity, size_t* out_count) {
+  if (!session) return null_arg("session_tokens", "session");
+  if (!out_count) return null_arg("session_tokens", "out_count");
+  return guarded([&] {
+    const Session::Call call(*session->impl);
+    const std::vector<int32_t>& ids = session->impl->tokens();
+    *out_count = ids.size();
+    if (!out_tokens && capacity > 0) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[session_tokens] out_tokens is NULL but its "
+                                                    "capacity is " + std::to_string(capacity));
+    }
+    if (ids.size() > capacity) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[session_tokens] room for " +
+                                                        std::to_string(capacity) + " tokens, " +
+                                                        std::to_string(ids.size()) + " needed");
+    }
+    if (!ids.empty()) std::memcpy(out_tokens, ids.data(), ids.size() * sizeof(lilims_token));
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_state_size(const lilims_session* session, size_t* out_size) {
+  if (!session) return null_arg("session_state_size", "session");
+  if (!out_size) return null_arg("session_state_size", "out_size");
+  return guarded([&] {
+    const uint64_t n = session->impl->state_size();
+    if (n > SIZE_MAX) {
+      return set_error(LILIMS_ERR_OUT_OF_MEMORY, "[session_state_size] the state's " +
+                                                     std::to_string(n) +
+                                                     " bytes exceed the address space");
+    }
+    *out_size = (size_t)n;
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_save_state(lilims_session* session, void* buf, size_t capacity,
+                                        size_t* out_written) {
+  if (out_written) *out_written = 0;
+  if (!session) return null_arg("session_save_state", "session");
+  return guarded([&] {
+    const uint64_t need = session->impl->state_size();
+    if (out_written) *out_written = need > SIZE_MAX ? SIZE_MAX : (size_t)need;
+    if (!buf && capacity > 0) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[session_save_state] buf is NULL but its "
+                                                    "capacity is " + std::to_string(capacity));
+    }
+    const size_t n = session->impl->save_state(buf, capacity);
+    if (out_written) *out_written = n;
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_load_state(lilims_session* session, const void* buf, size_t size) {
+  if (!session) return null_arg("session_load_state", "session");
+  if (!buf && size) return null_arg("session_load_state", "buf");
+  return guarded([&] {
+    session->impl->load_state(buf, size);
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_save_state_file(lilims_session* session, const char* path) {
+  if (!session) return null_arg("session_save_state_file", "session");
+  if (!path) return null_arg("session_save_state_file", "path");
+  return guarded([&] {
+    session->impl->save_state_file(path);
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_load_state_file(lilims_session* session, const char* path) {
+  if (!session) return null_arg("session_load_state_file", "session");
+  if (!path) return null_arg("session_load_state_file", "path");
+  return guarded([&] {
+    session->impl->load_state_file(path);
+    return LILIMS_OK;
+  });
+}
+
 lilims_sampling_params lilims_sampling_default_params(void) {
   lilims_sampling_params p;
   std::memset(&p, 0, sizeof p);

@@ -205,6 +205,25 @@ class Session {
   // A cancel while no call runs is dropped; one that arrives after the call
   // checked for the last time is dropped with that call's end.
   void cancel();
+  // The session's state (tokens, their K/V rows, the last logits) as bytes,
+  // in the format of runtime/kv_state.h.  Each is a call on the session
+  // (busy rule above).  state_size(): the bytes save_state writes now.
+  uint64_t state_size();
+  // Returns the bytes written; LILIMS_ERR_INVALID_ARGUMENT, writing nothing,
+  // when capacity is below state_size().
+  size_t save_state(void* buf, size_t capacity);
+  // Writes a temporary file beside `path` and renames it, so a failed save
+  // leaves any earlier file at `path` whole.  LILIMS_ERR_IO on failure.
+  void save_state_file(const std::string& path);
+  // Replaces the tokens, K/V rows and logits with a saved state's.  Every
+  // check comes first, and a refused state leaves the session as it was:
+  // LILIMS_ERR_BAD_FORMAT (not a state, truncated, corrupt), UNSUPPORTED
+  // (another format version), INVALID_ARGUMENT (another model, KV type or
+  // RoPE scaling), CONTEXT_FULL (more tokens than n_ctx).  The file form
+  // reads the whole file into memory first (LILIMS_ERR_IO if it cannot).
+  void load_state(const void* data, size_t size);
+  void load_state_file(const std::string& path);
+
   int32_t n_past() const { return (int32_t)tokens_.size(); }
   int32_t n_ctx() const { return exec_->n_ctx(); }
   const graph::Executor& executor() const { return *exec_; }

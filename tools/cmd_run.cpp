@@ -38,6 +38,11 @@ void usage() {
       "                         repeatable): they are described in the system turn and\n"
       "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
       "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
+      "  --load-state FILE      start from a session state saved by --save-state (same\n"
+      "                         model and --kv-type); the prompt is appended to it\n"
+      "  --save-state FILE      after generating, save the session (prompt and output\n"
+      "                         tokens, their KV cache rows) to FILE; with -n 0 the\n"
+      "                         prompt is evaluated and saved, nothing generated\n"
       "  --temp T               temperature (default 0: greedy)\n"
       "  --top-k K              keep the K most likely tokens (default 40; 0: off)\n"
       "  --top-p P              nucleus sampling (default 0.95; 1: off)\n"
@@ -66,6 +71,7 @@ void usage() {
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
   std::string prompt, prompt_file, system_prompt, template_name, schema_arg;
+  std::string load_state, save_state;
   std::vector<std::string> tool_files;
   bool have_prompt = false, raw = false, quiet = false, verbose = false, special_in_prompt = false;
   runtime::GenerateOptions gen;
@@ -100,6 +106,10 @@ int run_main(int argc, char** argv) {
         schema_arg = next();
       } else if (a == "--tools") {
         tool_files.push_back(next());
+      } else if (a == "--load-state") {
+        load_state = next();
+      } else if (a == "--save-state") {
+        save_state = next();
       } else if (a == "-q" || a == "--quiet") {
         quiet = true;
       } else if (a == "-v" || a == "--verbose") {
@@ -147,6 +157,23 @@ int run_main(int argc, char** argv) {
     const bool constrained = gen.json || !gen.json_schema.empty();
     auto model = tools::open_model(common);
     runtime::Session session(*model, common.session_options());
+    if (!load_state.empty()) {
+      session.load_state_file(load_state);
+      if (!quiet) {
+        std::fprintf(stderr, "[lilims] state: %d tokens loaded from %s\n", session.n_past(),
+                     load_state.c_str());
+      }
+    }
+    // After a loaded state the prompt continues the sequence: no second BOS.
+    const bool bos = session.n_past() == 0;
+    const auto save = [&] {
+      if (save_state.empty()) return;
+      session.save_state_file(save_state);
+      if (!quiet) {
+        std::fprintf(stderr, "[lilims] state: %d tokens saved to %s\n", session.n_past(),
+                     save_state.c_str());
+      }
+    };
     const std::string tmpl = template_name.empty() ? model->chat_template() : template_name;
     std::vector<int32_t> ids;
     if (!raw && !tmpl.empty()) {
@@ -157,14 +184,14 @@ int run_main(int argc, char** argv) {
       }
       if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
       msgs.push_back({"user", prompt});
-      ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, true, special_in_prompt);
+      ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, bos, special_in_prompt);
     } else {
       if (!raw && !system_prompt.empty()) {
         std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
       }
       // A raw prompt is the caller's own; tools, if any, go before it.
       if (!tools_text.empty()) prompt = tools_text + "\n\n" + prompt;
-      ids = model->tokenizer().encode(prompt, true, true);
+      ids = model->tokenizer().encode(prompt, bos, true);
     }
     // A JSON value is printed only once it is complete, so a failure never
     // leaves half a value on stdout.
@@ -177,7 +204,11 @@ int run_main(int argc, char** argv) {
     }
     if (gen.max_tokens == 0) {
       if (constrained) return cli::fail("run", "-n 0 leaves no room for a JSON value");
-      return 0;  // nothing asked for
+      if (!save_state.empty()) {
+        session.eval(ids);
+        save();
+      }
+      return 0;  // nothing to generate
     }
     if (gen.max_tokens < 0) gen.max_tokens = 0;  // the runtime's "no limit"
     const runtime::GenerateResult r = session.generate_tokens(ids, gen);
@@ -193,6 +224,7 @@ int run_main(int argc, char** argv) {
                    "or --context-shift)\n",
                    session.n_ctx());
     }
+    save();
     if (verbose) {
       tools::print_verbose_stats(stderr, r, session);
     } else if (!quiet) {

@@ -214,6 +214,52 @@ lilims_status lilims_session_eval(lilims_session *session, const lilims_token *t
  * Valid until the next call on the session. */
 const float *lilims_session_logits(const lilims_session *session);
 
+/* ---- session state --------------------------------------------------- */
+
+/* Keeps the first n_keep tokens of the session (and their KV cache rows) and
+ * forgets the rest; the next eval continues at position n_keep, and
+ * lilims_session_logits returns NULL until then.  n_keep < 0 or above
+ * lilims_session_n_past is LILIMS_ERR_INVALID_ARGUMENT (nothing changes). */
+lilims_status lilims_session_truncate(lilims_session *session, int32_t n_keep);
+
+/* The tokens the session holds, oldest first (to choose where to truncate).
+ * Same capacity rule as lilims_tokenize. */
+lilims_status lilims_session_tokens(const lilims_session *session, lilims_token *out_tokens,
+                                    size_t capacity, size_t *out_count);
+
+/* A session's state: its tokens, their KV cache rows and the last logits, so
+ * that a conversation (or a long system prompt evaluated once) can be put
+ * aside and resumed later, in this process or another, without evaluating it
+ * again.  The state holds only the rows of its tokens (bytes per token:
+ * 2 * n_layer * n_head_kv * head_dim * 2 for the F16 cache, plus 4), a
+ * header naming the format version, the lilims version and a fingerprint of
+ * the model, and a checksum.  It loads into any session of the same model
+ * and KV cache type whose n_ctx holds its tokens.
+ *
+ * The bytes lilims_session_save_state writes for the session as it is now. */
+lilims_status lilims_session_state_size(const lilims_session *session, size_t *out_size);
+
+/* Writes the state into buf.  *out_written (may be NULL) gets its size; a
+ * capacity below it is LILIMS_ERR_INVALID_ARGUMENT and writes nothing. */
+lilims_status lilims_session_save_state(lilims_session *session, void *buf, size_t capacity,
+                                        size_t *out_written);
+
+/* Replaces everything the session holds with the state in buf.  Every check
+ * comes before any change: a refused state leaves the session as it was.
+ * LILIMS_ERR_BAD_FORMAT: not a state, truncated, or corrupt (checksum);
+ * LILIMS_ERR_UNSUPPORTED: a format version this build does not read;
+ * LILIMS_ERR_INVALID_ARGUMENT: saved from another model, or with another KV
+ * cache type (rows are not converted) or RoPE scaling;
+ * LILIMS_ERR_CONTEXT_FULL: more tokens than the session's n_ctx. */
+lilims_status lilims_session_load_state(lilims_session *session, const void *buf, size_t size);
+
+/* The same through a file.  Saving writes path + ".partial" and renames it
+ * over path, so a failed save never leaves a half-written state at path.
+ * Loading reads the whole file into memory, then as lilims_session_load_state
+ * (LILIMS_ERR_IO when the file cannot be read). */
+lilims_status lilims_session_save_state_file(lilims_session *session, const char *path);
+lilims_status lilims_session_load_state_file(lilims_session *session, const char *path);
+
 /* ---- generation ------------------------------------------------------ */
 
 typedef struct lilims_sampling_params {
