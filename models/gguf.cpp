@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -328,6 +329,55 @@ std::string_view Value::string_at(size_t k) const {
 // ---------------------------------------------------------------------------
 // File
 
+namespace {
+
+// Reads n bytes at `offset` of fd into dst.
+void read_at(int fd, uint64_t offset, uint8_t* dst, uint64_t n, const std::string& name) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, static_cast<size_t>(n - done),
+                              static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      throw Error(LILIMS_ERR_IO, "[gguf] cannot read " + name + ": " +
+                                     (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+}
+
+}  // namespace
+
+// Brings bytes [offset, offset + size) of fd into memory: a private mapping
+// (from the page holding `offset`) or a heap copy.
+void File::load_image(int fd, uint64_t offset, uint64_t size, bool use_mmap) {
+  if (size > std::numeric_limits<size_t>::max()) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + path_ + " is too large to map");
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t lead = offset % page;
+  if (use_mmap && size > 0 && size <= std::numeric_limits<size_t>::max() - lead) {
+    const size_t len = static_cast<size_t>(size + lead);
+    void* m = mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(offset - lead));
+    if (m == MAP_FAILED) {
+      throw Error(LILIMS_ERR_IO, "[gguf] cannot map " + path_ + ": " + std::strerror(errno));
+    }
+    mapping_ = m;
+    mapping_bytes_ = len;
+    base_ = static_cast<const uint8_t*>(m) + lead;
+  } else {
+    try {
+      owned_.resize(static_cast<size_t>(size));
+    } catch (const std::bad_alloc&) {
+      throw Error(LILIMS_ERR_OUT_OF_MEMORY,
+                  "[gguf] cannot allocate " + std::to_string(size) + " bytes to read " + path_);
+    }
+    read_at(fd, offset, owned_.data(), size, path_);
+    base_ = owned_.data();
+  }
+  size_ = size;
+}
+
 std::unique_ptr<File> File::open(const std::string& path, const OpenOptions& opt) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
@@ -337,37 +387,35 @@ std::unique_ptr<File> File::open(const std::string& path, const OpenOptions& opt
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  const uint64_t size = file_size;
-  if (size > std::numeric_limits<size_t>::max()) {
-    throw Error(LILIMS_ERR_IO, "[gguf] " + path + " is too large to map");
+  f->load_image(fd, 0, file_size, opt.use_mmap);
+  f->parse();
+  return f;
+}
+
+std::unique_ptr<File> File::open_fd(int fd, uint64_t offset, uint64_t size,
+                                    const OpenOptions& opt) {
+  std::unique_ptr<File> f(new File());
+  f->path_ = "<fd " + std::to_string(fd) + " at offset " + std::to_string(offset) + ">";
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + f->path_ + ": not an open file descriptor" +
+                                   (fd < 0 ? "" : std::string(" (") + std::strerror(errno) + ")"));
   }
-  if (opt.use_mmap && size > 0) {
-    void* m = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      throw Error(LILIMS_ERR_IO, "[gguf] cannot map " + path + ": " + std::strerror(errno));
-    }
-    f->mapping_ = m;
-    f->base_ = static_cast<const uint8_t*>(m);
-  } else {
-    try {
-      f->owned_.resize(static_cast<size_t>(size));
-    } catch (const std::bad_alloc&) {
-      throw Error(LILIMS_ERR_OUT_OF_MEMORY,
-                  "[gguf] cannot allocate " + std::to_string(size) + " bytes to read " + path);
-    }
-    uint64_t done = 0;
-    while (done < size) {
-      const ssize_t r = ::read(fd, f->owned_.data() + done, static_cast<size_t>(size - done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        throw Error(LILIMS_ERR_IO, "[gguf] cannot read " + path + ": " +
-                                       (r < 0 ? std::strerror(errno) : "unexpected end of file"));
-      }
-      done += static_cast<uint64_t>(r);
-    }
-    f->base_ = f->owned_.data();
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + f->path_ + " is not a regular file");
   }
-  f->size_ = size;
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (offset > file_size) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + f->path_ + ": the offset is past the end of the file (" +
+                                   std::to_string(file_size) + " bytes)");
+  }
+  if (size == 0) size = file_size - offset;
+  if (size > file_size - offset) {
+    throw Error(LILIMS_ERR_IO, "[gguf] " + f->path_ + ": " + std::to_string(size) +
+                                   " bytes asked but the file has " +
+                                   std::to_string(file_size - offset) + " after the offset");
+  }
+  f->load_image(fd, offset, size, opt.use_mmap && offset % kImageAlignment == 0);
   f->parse();
   return f;
 }
@@ -382,8 +430,25 @@ std::unique_ptr<File> File::from_bytes(const void* data, size_t size) {
   return f;
 }
 
+std::unique_ptr<File> File::from_borrowed(const void* data, size_t size, const std::string& name) {
+  if (!data && size > 0) throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[gguf] " + name + " is NULL");
+  if (reinterpret_cast<uintptr_t>(data) % kImageAlignment != 0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[gguf] " + name + " starts at an address that is not a multiple of " +
+                    std::to_string(kImageAlignment) +
+                    " bytes; weights are read in place (malloc, mmap and posix_memalign "
+                    "give aligned buffers)");
+  }
+  std::unique_ptr<File> f(new File());
+  f->path_ = name;
+  f->base_ = static_cast<const uint8_t*>(data);
+  f->size_ = size;
+  f->parse();
+  return f;
+}
+
 File::~File() {
-  if (mapping_) munmap(mapping_, static_cast<size_t>(size_));
+  if (mapping_) munmap(mapping_, mapping_bytes_);
 }
 
 void File::parse() {
