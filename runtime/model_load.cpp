@@ -58,8 +58,11 @@ void check_model_memory(uint64_t need, uint64_t already, uint64_t budget, const 
 uint64_t model_memory_estimate(const gguf::File& file, const ModelOptions& opt) {
   uint64_t need = file.file_size();
   if (opt.repack && file.image_on_heap()) {
+    // The embedding is read row by row from the image, but a tied output
+    // head repacks the same tensor.
+    const bool tied = file.find_tensor("output.weight") == nullptr;
     for (const gguf::TensorInfo& t : file.tensors()) {
-      if (t.ne.size() == 2 && is_block_type(t.type) && t.name != "token_embd.weight") {
+      if (t.ne.size() == 2 && is_block_type(t.type) && (tied || t.name != "token_embd.weight")) {
         need += t.n_bytes;
       }
     }
