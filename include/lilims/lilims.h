@@ -70,7 +70,7 @@ int lilims_abi_version(void);
 typedef enum lilims_log_level {
   LILIMS_LOG_DEBUG = 0,
   LILIMS_LOG_INFO = 1,  /* a model loaded (and in how long), a session's settings */
-  LILIMS_LOG_WARN = 2,  /* a setting not honoured as asked (a context capped) */
+  LILIMS_LOG_WARN = 2,  /* a setting not honoured as asked (a default context lowered) */
   LILIMS_LOG_ERROR = 3
 } lilims_log_level;
 
