@@ -36,6 +36,7 @@ class Executor {
   const Plan& plan() const { return plan_; }
   int32_t n_ctx() const { return plan_.opt.n_ctx; }
   size_t kv_bytes() const { return kv_->bytes(); }
+  uint64_t kv_resident_bytes() const { return kv_->resident_bytes(); }
   void sync() { kv_->sync(); }
   // The sequence now keeps only positions [0, n_keep).
   void release_from(int32_t n_keep) { kv_->release_from(n_keep); }

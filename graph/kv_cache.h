@@ -71,6 +71,7 @@ class KvCache {
   size_t row_bytes() const { return row_bytes_; }
   quant::Type type() const { return cfg_.type; }
   size_t bytes() const { return storage_->bytes(); }
+  uint64_t resident_bytes() const { return storage_->resident_bytes(); }
 
   // Staged rows of a layer: (n_batch, kv_dim) floats.
   float* staged_k(int layer) { return staging_.get() + stage_offset(layer, 0); }

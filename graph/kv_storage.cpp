@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -123,6 +124,24 @@ void KvStorage::release_from(int32_t n_keep) {
     }
   }
   used_ = n_keep;
+}
+
+uint64_t KvStorage::resident_bytes() const {
+#if defined(LILIMS_KV_MMAP)
+  if (!mapped_) return bytes_;
+  if (used_ == 0) return 0;
+  const uintptr_t page = page_size();
+  const size_t used = (size_t)used_ * row_bytes_;
+  uint64_t n = 0;
+  for (int l = 0; l < 2 * n_layer_; ++l) {
+    const uintptr_t b = (uintptr_t)(base_ + (size_t)l * layer_bytes_) / page * page;
+    const uintptr_t e = ((uintptr_t)(base_ + (size_t)l * layer_bytes_ + used) + page - 1) / page * page;
+    n += e - b;
+  }
+  return std::min<uint64_t>(n, bytes_);
+#else
+  return bytes_;
+#endif
 }
 
 }  // namespace lilims::graph

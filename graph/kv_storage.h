@@ -47,6 +47,10 @@ class KvStorage {
   }
   // Returns to the system every page that holds only positions >= n_keep.
   void release_from(int32_t n_keep);
+  // Bytes of the pages holding the positions marked used: what is resident
+  // now, at most (a page two layers share counts twice).  The heap fallback
+  // cannot tell and answers bytes().
+  uint64_t resident_bytes() const;
 
  private:
   uint8_t* base_ = nullptr;

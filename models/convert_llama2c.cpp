@@ -242,15 +242,19 @@ gguf::Writer convert_llama2c(const void* checkpoint, size_t checkpoint_size,
 
   const uint64_t L = c.n_layers, dim = c.dim, hid = c.hidden_dim, vocab = c.vocab_size;
   const uint64_t kv_dim = dim * c.n_kv_heads / c.n_heads;
+  const bool write_output = !c.shared_classifier || opt.write_tied_output;
+  const size_t n_tensors = 2 + (write_output ? 1 : 0) + 9 * (size_t)L;
+  size_t n_done = 0;
   auto add = [&](const std::string& name, uint64_t at, uint64_t ne0, uint64_t ne1) {
     if (ne1 == 0) out.add_tensor(name, {ne0}, 0, w + 4 * at, ne0 * 4);
     else out.add_tensor(name, {ne0, ne1}, 0, w + 4 * at, ne0 * ne1 * 4);
+    if (opt.progress) opt.progress(++n_done, n_tensors, name);
   };
   // Same order as llama.cpp's stories260K.gguf.  Matrices are [out, in]
   // row-major, i.e. GGUF ne = {in, out}.
   add("token_embd.weight", l.emb, dim, vocab);
   add("output_norm.weight", l.rms_final, dim, 0);
-  if (!c.shared_classifier || opt.write_tied_output) add("output.weight", l.wcls, dim, vocab);
+  if (write_output) add("output.weight", l.wcls, dim, vocab);
   for (uint64_t i = 0; i < L; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     add(b + "attn_q.weight", l.wq + i * dim * dim, dim, dim);

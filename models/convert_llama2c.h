@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ struct Llama2cOptions {
   // not shared; a reader then uses token_embd.weight for the LM head.
   bool write_tied_output = false;
   std::string name = "llama";  // general.name
+  // Called after each tensor is added: (tensors done, tensors in all, its name).
+  std::function<void(size_t, size_t, const std::string&)> progress;
 };
 
 // Parses and validates the header of a checkpoint image (the whole file, so

@@ -4,10 +4,6 @@
 // hold at the smallest element size, every product for overflow.
 #include "models/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,7 +12,6 @@
 #include <unordered_set>
 
 #include "base/error.h"
-#include "base/file.h"
 #include "quant/quant.h"
 
 namespace lilims::gguf {
@@ -326,65 +321,7 @@ std::string_view Value::string_at(size_t k) const {
 }
 
 // ---------------------------------------------------------------------------
-// File
-
-std::unique_ptr<File> File::open(const std::string& path, const OpenOptions& opt) {
-  std::unique_ptr<File> f(new File());
-  f->path_ = path;
-  unsigned long long file_size = 0;
-  const int fd = open_regular_file(path, "gguf", &file_size);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  const uint64_t size = file_size;
-  if (size > std::numeric_limits<size_t>::max()) {
-    throw Error(LILIMS_ERR_IO, "[gguf] " + path + " is too large to map");
-  }
-  if (opt.use_mmap && size > 0) {
-    void* m = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      throw Error(LILIMS_ERR_IO, "[gguf] cannot map " + path + ": " + std::strerror(errno));
-    }
-    f->mapping_ = m;
-    f->base_ = static_cast<const uint8_t*>(m);
-  } else {
-    try {
-      f->owned_.resize(static_cast<size_t>(size));
-    } catch (const std::bad_alloc&) {
-      throw Error(LILIMS_ERR_OUT_OF_MEMORY,
-                  "[gguf] cannot allocate " + std::to_string(size) + " bytes to read " + path);
-    }
-    uint64_t done = 0;
-    while (done < size) {
-      const ssize_t r = ::read(fd, f->owned_.data() + done, static_cast<size_t>(size - done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        throw Error(LILIMS_ERR_IO, "[gguf] cannot read " + path + ": " +
-                                       (r < 0 ? std::strerror(errno) : "unexpected end of file"));
-      }
-      done += static_cast<uint64_t>(r);
-    }
-    f->base_ = f->owned_.data();
-  }
-  f->size_ = size;
-  f->parse();
-  return f;
-}
-
-std::unique_ptr<File> File::from_bytes(const void* data, size_t size) {
-  std::unique_ptr<File> f(new File());
-  f->path_ = "<memory>";
-  f->owned_.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
-  f->base_ = f->owned_.data();
-  f->size_ = size;
-  f->parse();
-  return f;
-}
-
-File::~File() {
-  if (mapping_) munmap(mapping_, static_cast<size_t>(size_));
-}
+// File (its image is brought in by gguf_image.cpp)
 
 void File::parse() {
   Cursor c(base_, size_);
@@ -843,17 +780,6 @@ void Writer::write(const std::string& path) const {
   if (std::fclose(f) != 0 || !ok) {
     throw Error(LILIMS_ERR_IO, "[gguf] cannot write " + path + ": " + std::strerror(err));
   }
-}
-
-}  // namespace lilims::gguf
-
-namespace lilims::gguf {
-
-void File::drop_pages(const void* p, size_t n) const {
-  if (!mapping_ || n == 0) return;
-  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-  const uintptr_t b = ((uintptr_t)p + page - 1) / page * page, e = ((uintptr_t)p + n) / page * page;
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
 }  // namespace lilims::gguf

@@ -1,8 +1,8 @@
 // GGUF reader (versions 2 and 3) and writer.
 //
-// The reader maps the file (or reads it into memory), parses the header, all
-// metadata and the tensor infos, checks every bound, and hands out pointers
-// into the data section.  Any defect throws lilims::Error with a distinct
+// The reader maps the file (or reads it into memory, or borrows bytes an app
+// holds), parses the header, all metadata and the tensor infos, checks every
+// bound, and hands out pointers into the data section.  Any defect throws lilims::Error with a distinct
 // status and a message that starts with "[gguf]" and says what is wrong and
 // where (key or tensor name, offset).
 #pragma once
@@ -107,6 +107,28 @@ class File {
   static std::unique_ptr<File> open(const std::string& path, const OpenOptions& opt = {});
   // Parses an in-memory image (tests); the bytes are copied.
   static std::unique_ptr<File> from_bytes(const void* data, size_t size);
+  // Parses `size` bytes the caller owns, without a copy: they must stay
+  // valid and unchanged for the life of the File and of every pointer it
+  // hands out.  The image must start at a multiple of kImageAlignment (the
+  // weights are read in place as floats and blocks); throws
+  // LILIMS_ERR_INVALID_ARGUMENT otherwise.  `name` stands for the path in
+  // messages.
+  static std::unique_ptr<File> from_borrowed(const void* data, size_t size,
+                                             const std::string& name);
+  // Parses the GGUF image at bytes [offset, offset + size) of an open file
+  // (a model inside an Android APK or a bigger bundle).  size 0 means up to
+  // the end of the file.  The descriptor is not kept: the caller may close
+  // it once this returns.  Mapped with the offset rounded down to a page;
+  // when use_mmap is off, or when the offset leaves the image misaligned
+  // (offset % kImageAlignment != 0), the bytes are read into memory instead.
+  // Throws LILIMS_ERR_IO when the range is not inside the file or cannot be
+  // mapped or read, else as open().
+  static std::unique_ptr<File> open_fd(int fd, uint64_t offset, uint64_t size,
+                                       const OpenOptions& opt = {});
+  // Weights are read in place as floats, halves and blocks of them: the
+  // image starts at an address with this alignment (malloc's; a mapping's is
+  // a page) so that every tensor, aligned within the file, is aligned in memory.
+  static constexpr uint64_t kImageAlignment = 16;
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -114,6 +136,8 @@ class File {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  // The image is lilims' own copy on the heap (read, not mapped or borrowed).
+  bool image_on_heap() const { return !owned_.empty(); }
   const std::string& path() const { return path_; }
   // Offset of the data section (tensor offsets are relative to it).
   uint64_t data_offset() const { return data_offset_; }
@@ -152,6 +176,7 @@ class File {
 
  private:
   File() = default;
+  void load_image(int fd, uint64_t offset, uint64_t size, bool use_mmap);
   void parse();
 
   std::string path_;
@@ -160,6 +185,7 @@ class File {
   const uint8_t* base_ = nullptr;  // whole file
   uint64_t size_ = 0;
   void* mapping_ = nullptr;        // munmap on destruction when non-null
+  size_t mapping_bytes_ = 0;       // from mapping_, which may start before base_ (page rounding)
   std::vector<uint8_t> owned_;     // when not mapped
   std::vector<KeyValue> kv_;
   std::vector<TensorInfo> tensors_;

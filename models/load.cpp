@@ -16,8 +16,10 @@ namespace {
 // not a silently different model.
 class Reader {
  public:
-  Reader(const gguf::File& f, std::string arch, bool repack)
-      : f_(f), arch_(std::move(arch)), repack_(repack) {}
+  Reader(const gguf::File& f, std::string arch, const LoadOptions& opt)
+      : f_(f), arch_(std::move(arch)), repack_(opt.repack), progress_(opt.progress) {
+    for (const gguf::TensorInfo& t : f_.tensors()) total_bytes_ += t.n_bytes;
+  }
 
   std::string key(const std::string& k) const { return arch_ + "." + k; }
   bool has(const std::string& k) const { return f_.find(key(k)) != nullptr; }
@@ -56,8 +58,7 @@ class Reader {
     }
     std::vector<float> out((size_t)n);
     quant::type_traits(t.type)->to_float(t.data, out.data(), n);
-    taken_.insert(name);
-    n_params_ += t.n_elements;
+    take(t);
     return out;
   }
 
@@ -82,8 +83,7 @@ class Reader {
                              },
                              const_cast<gguf::File*>(&f_)};
     w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack && repack_, drop);
-    if (!taken_.count(name)) n_params_ += t.n_elements;
-    taken_.insert(name);
+    take(t);
     return w;
   }
   // A weight "P.weight" with its bias "P.bias" (rows), which must exist.
@@ -108,11 +108,23 @@ class Reader {
   uint64_t n_params() const { return n_params_; }
 
  private:
+  // Counts a tensor once (a tied output reads the embedding again) and reports progress.
+  void take(const gguf::TensorInfo& t) {
+    if (!taken_.insert(t.name).second) return;
+    n_params_ += t.n_elements;
+    done_bytes_ += t.n_bytes;
+    if (progress_) {
+      progress_(total_bytes_ ? (float)((double)done_bytes_ / (double)total_bytes_) : 1.0f);
+    }
+  }
+
   const gguf::File& f_;
   std::string arch_;
   bool repack_;
+  const std::function<void(float)>& progress_;
   std::set<std::string> taken_;
   uint64_t n_params_ = 0;
+  uint64_t total_bytes_ = 0, done_bytes_ = 0;
 };
 
 void read_common(Reader& r, const gguf::File& f, HParams& hp) {
@@ -292,7 +304,7 @@ std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOp
     bad(LILIMS_ERR_UNSUPPORTED,
         "architecture '" + arch + "' is not supported (lilims runs llama, phi2 and phi3)");
   }
-  Reader r(f, arch, opt.repack);
+  Reader r(f, arch, opt);
   read_common(r, f, hp);
   hp.rope_neox = hp.arch != Arch::llama;
   if (hp.arch == Arch::phi2) {

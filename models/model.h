@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ struct Model {
 
 struct LoadOptions {
   bool repack = true;  // let the matmul kernels repack weights at load
+  // Called after each tensor is read (repacked) with the fraction of the
+  // file's tensor bytes done so far (nondecreasing, 1 after the last).  It
+  // may throw to abandon the load: everything built so far is freed.
+  std::function<void(float fraction)> progress;
 };
 
 // Builds the model from a parsed GGUF whose general.architecture is llama,

@@ -94,6 +94,97 @@ std::vector<lilims::runtime::Tool> to_tools(const lilims_tool* tools, size_t n) 
   return out;
 }
 
+// True when a caller's struct (struct_size bytes) reaches past `field`.
+#define LILIMS_HAS_FIELD(p, type, field) \
+  ((p)->struct_size >= offsetof(type, field) + sizeof(((type*)nullptr)->field))
+
+// The options lilims_model_params asks for.
+lilims_status model_options(const lilims_model_params* params,
+                            lilims::runtime::ModelOptions& opt) {
+  if (!params) return LILIMS_OK;
+  if (!LILIMS_HAS_FIELD(params, lilims_model_params, use_mmap)) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[model_open] params.struct_size is not set");
+  }
+  opt.use_mmap = params->use_mmap != 0;
+  if (LILIMS_HAS_FIELD(params, lilims_model_params, progress_user_data) && params->progress) {
+    const lilims_progress_callback cb = params->progress;
+    void* ud = params->progress_user_data;
+    opt.progress = [cb, ud](float fraction) { return cb(ud, fraction) != 0; };
+  }
+  if (LILIMS_HAS_FIELD(params, lilims_model_params, memory_budget)) {
+    opt.memory_budget = params->memory_budget;
+  }
+  return LILIMS_OK;
+}
+
+// Opens a model with `open` (from a path, memory or a descriptor) and logs the load.
+template <typename Open>
+lilims_status open_model(const std::string& name, const lilims_model_params* params,
+                         lilims_model** out_model, Open&& open) {
+  return guarded([&] {
+    lilims::runtime::ModelOptions opt;
+    if (const lilims_status st = model_options(params, opt); st != LILIMS_OK) return st;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto m = std::make_unique<lilims_model>();
+    m->impl = std::shared_ptr<const Model>(open(opt));
+    m->file_bytes = m->impl->weights().file->file_size();
+    if (lilims::log_enabled(LILIMS_LOG_INFO)) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const auto& file = *m->impl->weights().file;
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    ": %.1f MiB, %llu parameters, loaded in %.1f ms (%s), lilims %s",
+                    m->file_bytes / (1024.0 * 1024.0),
+                    (unsigned long long)m->impl->weights().n_params, ms,
+                    file.image_on_heap() ? "read" : name == "<memory>" ? "in place" : "mapped",
+                    lilims_version_string());
+      lilims::log(LILIMS_LOG_INFO, "[model_open] " + name + line);
+    }
+    *out_model = m.release();
+    return LILIMS_OK;
+  });
+}
+
+// The options lilims_session_params asks for.
+lilims_status session_options(const char* fn, const lilims_session_params* params,
+                              lilims::runtime::SessionOptions& opt) {
+  if (!params) return LILIMS_OK;
+  const std::string area = std::string("[") + fn + "] ";
+  // Callers built against 0.1.0's header pass the struct without the fields
+  // appended since: they get their defaults.
+  if (!LILIMS_HAS_FIELD(params, lilims_session_params, n_threads)) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT, area + "params.struct_size is not set");
+  }
+  if (params->n_ctx < 0 || params->n_threads < 0) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT, area + "n_ctx and n_threads must not be negative");
+  }
+  opt.n_ctx = params->n_ctx;
+  opt.n_threads = params->n_threads;
+  opt.allow_ctx_beyond_train = LILIMS_HAS_FIELD(params, lilims_session_params, allow_ctx_beyond_train) &&
+                               params->allow_ctx_beyond_train != 0;
+  if (LILIMS_HAS_FIELD(params, lilims_session_params, memory_budget)) {
+    opt.memory_budget = params->memory_budget;
+  }
+  if (LILIMS_HAS_FIELD(params, lilims_session_params, chunk_layers)) {
+    if (params->n_batch < 0 || params->chunk_layers < 0) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       area + "n_batch and chunk_layers must not be negative");
+    }
+    if (params->n_batch > 0) opt.n_batch = params->n_batch;
+    if (params->chunk_layers > 0) opt.chunk_layers = params->chunk_layers;
+    switch (params->kv_type) {
+      case LILIMS_KV_F16: opt.kv_type = lilims::quant::Type::F16; break;
+      case LILIMS_KV_Q8_0: opt.kv_type = lilims::quant::Type::Q8_0; break;
+      default:
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         area + "kv_type " + std::to_string(params->kv_type) +
+                             " is not a lilims_kv_type (LILIMS_KV_F16 0, LILIMS_KV_Q8_0 1)");
+    }
+  }
+  return LILIMS_OK;
+}
+
 void copy_str(char* dst, size_t cap, const std::string& s) {
   const size_t n = std::min(cap - 1, s.size());
   std::memcpy(dst, s.data(), n);
@@ -157,31 +248,28 @@ lilims_status lilims_model_open(const char* path, const lilims_model_params* par
   if (!out_model) return null_arg("model_open", "out_model");
   *out_model = nullptr;
   if (!path) return null_arg("model_open", "path");
-  return guarded([&] {
-    lilims::runtime::ModelOptions opt;
-    if (params) {
-      if (params->struct_size < sizeof(size_t) + sizeof(int32_t)) {
-        return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[model_open] params.struct_size is not set");
-      }
-      opt.use_mmap = params->use_mmap != 0;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto m = std::make_unique<lilims_model>();
-    m->impl = std::shared_ptr<const Model>(Model::open(path, opt));
-    m->file_bytes = m->impl->weights().file->file_size();
-    if (lilims::log_enabled(LILIMS_LOG_INFO)) {
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      char line[160];
-      std::snprintf(line, sizeof line,
-                    ": %.1f MiB, %llu parameters, loaded in %.1f ms (%s), lilims %s",
-                    m->file_bytes / (1024.0 * 1024.0),
-                    (unsigned long long)m->impl->weights().n_params, ms,
-                    opt.use_mmap ? "mapped" : "read", lilims_version_string());
-      lilims::log(LILIMS_LOG_INFO, std::string("[model_open] ") + path + line);
-    }
-    *out_model = m.release();
-    return LILIMS_OK;
+  return open_model(path, params, out_model,
+                    [&](const lilims::runtime::ModelOptions& opt) { return Model::open(path, opt); });
+}
+
+lilims_status lilims_model_open_memory(const void* data, size_t size,
+                                       const lilims_model_params* params,
+                                       lilims_model** out_model) {
+  if (!out_model) return null_arg("model_open_memory", "out_model");
+  *out_model = nullptr;
+  if (!data) return null_arg("model_open_memory", "data");
+  return open_model("<memory>", params, out_model, [&](const lilims::runtime::ModelOptions& opt) {
+    return Model::open_memory(data, size, opt);
+  });
+}
+
+lilims_status lilims_model_open_fd(int fd, uint64_t offset, uint64_t size,
+                                   const lilims_model_params* params, lilims_model** out_model) {
+  if (!out_model) return null_arg("model_open_fd", "out_model");
+  *out_model = nullptr;
+  const std::string name = "<fd " + std::to_string(fd) + " at offset " + std::to_string(offset) + ">";
+  return open_model(name, params, out_model, [&](const lilims::runtime::ModelOptions& opt) {
+    return Model::open_fd(fd, offset, size, opt);
   });
 }
 
@@ -358,32 +446,20 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
   if (!model) return null_arg("session_create", "model");
   return guarded([&] {
     lilims::runtime::SessionOptions opt;
-    if (params) {
-      // Callers built against 0.1.0's header pass the struct without
-      // allow_ctx_beyond_train: they get its default.
-      constexpr size_t kSize010 = offsetof(lilims_session_params, allow_ctx_beyond_train);
-      if (params->struct_size < kSize010) {
-        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                         "[session_create] params.struct_size is not set");
-      }
-      if (params->n_ctx < 0 || params->n_threads < 0) {
-        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                         "[session_create] n_ctx and n_threads must not be negative");
-      }
-      opt.n_ctx = params->n_ctx;
-      opt.n_threads = params->n_threads;
-      opt.allow_ctx_beyond_train =
-          params->struct_size >= sizeof(lilims_session_params) && params->allow_ctx_beyond_train != 0;
+    if (const lilims_status st = session_options("session_create", params, opt); st != LILIMS_OK) {
+      return st;
     }
     auto s = std::make_unique<lilims_session>();
     s->model = model->impl;
     s->impl = std::make_unique<Session>(*s->model, opt);
     const int32_t n_train = s->model->hparams().n_ctx_train;
     if (opt.n_ctx == 0 && s->impl->n_ctx() < n_train && lilims::log_enabled(LILIMS_LOG_WARN)) {
-      lilims::log(LILIMS_LOG_WARN, "[session_create] n_ctx 0: the context is capped at " +
+      lilims::log(LILIMS_LOG_WARN, "[session_create] n_ctx 0: the context is " +
                                        std::to_string(s->impl->n_ctx()) + " of the model's " +
                                        std::to_string(n_train) +
-                                       " trained tokens; set n_ctx to use more");
+                                       " trained tokens, as more would not fit " +
+                                       (opt.memory_budget ? "the memory budget"
+                                                          : "the memory available"));
     }
     if (lilims::log_enabled(LILIMS_LOG_INFO)) {
       lilims::log(LILIMS_LOG_INFO, "[session_create] n_ctx " + std::to_string(s->impl->n_ctx()) +
@@ -395,6 +471,45 @@ lilims_status lilims_session_create(lilims_model* model, const lilims_session_pa
 }
 
 void lilims_session_free(lilims_session* session) { delete session; }
+
+lilims_status lilims_session_memory_estimate(const lilims_model* model,
+                                             const lilims_session_params* params,
+                                             uint64_t* out_bytes) {
+  if (!model) return null_arg("session_memory_estimate", "model");
+  if (!out_bytes) return null_arg("session_memory_estimate", "out_bytes");
+  *out_bytes = 0;
+  return guarded([&] {
+    lilims::runtime::SessionOptions opt;
+    if (const lilims_status st = session_options("session_memory_estimate", params, opt);
+        st != LILIMS_OK) {
+      return st;
+    }
+    opt.n_ctx = lilims::runtime::resolve_n_ctx(*model->impl, opt);
+    *out_bytes = lilims::runtime::session_memory_estimate(*model->impl, opt);
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_session_memory(const lilims_session* session, lilims_memory_report* out) {
+  if (!session) return null_arg("session_memory", "session");
+  if (!out) return null_arg("session_memory", "out");
+  return guarded([&] {
+    if (out->struct_size < sizeof(lilims_memory_report)) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       "[session_memory] out.struct_size must be sizeof(lilims_memory_report)");
+    }
+    const Session::Call call(*session->impl);
+    const lilims::runtime::MemoryReport r = session->impl->memory_report();
+    out->weights_mapped = r.weights_mapped;
+    out->weights_copied = r.weights_copied;
+    out->kv_resident = r.kv_resident;
+    out->kv_full = r.kv_full;
+    out->scratch = r.scratch;
+    out->host = r.host;
+    out->total = r.total();
+    return LILIMS_OK;
+  });
+}
 
 lilims_status lilims_session_reset(lilims_session* session) {
   if (!session) return null_arg("session_reset", "session");

@@ -27,9 +27,13 @@ graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
   po.kv_type = opt.kv_type;
   po.kv_commit = opt.kv_commit;
   po.n_threads = resolve_threads(opt);
+  if (opt.n_batch < 0 || opt.chunk_layers < 0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[session] n_batch and chunk_layers must not be negative");
+  }
   po.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
   const int32_t n_train = model.hparams().n_ctx_train;
-  po.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : std::min(n_train, 4096);
+  po.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : resolve_n_ctx(model, opt);
   if (po.n_ctx > n_train && !opt.allow_ctx_beyond_train) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
                 "[session] n_ctx " + std::to_string(po.n_ctx) + " is beyond the " +
@@ -43,7 +47,7 @@ graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
 graph::Graph session_graph(const Model& model, const SessionOptions& opt, int32_t n_ctx) {
   models::BuildOptions bo;
   bo.n_ctx = n_ctx;
-  bo.chunk_layers = opt.chunk_layers;
+  bo.chunk_layers = opt.chunk_layers > 0 ? opt.chunk_layers : SessionOptions().chunk_layers;
   return models::build_graph(model.weights(), bo);
 }
 
@@ -52,30 +56,6 @@ std::string mib(uint64_t bytes) {
 }
 
 }  // namespace
-
-std::unique_ptr<Model> Model::open(const std::string& path, const ModelOptions& opt) {
-  gguf::OpenOptions go;
-  go.use_mmap = opt.use_mmap;
-  auto file = gguf::File::open(path, go);
-  auto m = std::unique_ptr<Model>(new Model());
-  m->tokenizer_ = tok::Tokenizer::from_gguf(*file);
-  if (const gguf::Value* v = file->find("tokenizer.chat_template")) {
-    if (v->type == gguf::ValueType::STRING) {
-      m->has_template_text_ = true;
-      m->chat_template_ = tok::detect_chat_template(v->s);
-    }
-  }
-  m->name_ = file->get_string_or("general.name", "");
-  models::LoadOptions lo;
-  lo.repack = opt.repack;
-  m->model_ = models::load_model(std::move(file), lo);
-  m->pieces_.resize((size_t)m->tokenizer_->n_vocab());
-  for (int32_t i = 0; i < m->tokenizer_->n_vocab(); ++i) {
-    if (!m->tokenizer_->is_control(i)) m->pieces_[(size_t)i] = m->tokenizer_->token_to_piece(i);
-  }
-  m->json_closers_ = std::make_unique<JsonClosers>(m->pieces_);
-  return m;
-}
 
 graph::ModelMemory Model::memory(int32_t n_ctx) const {
   graph::ModelMemory mm;
@@ -115,11 +95,38 @@ uint64_t session_memory_estimate(const Model& model, const SessionOptions& opt) 
   return plan_session(model, opt).plan.mem.session();
 }
 
+int32_t resolve_n_ctx(const Model& model, const SessionOptions& opt) {
+  if (opt.n_ctx > 0) return opt.n_ctx;
+  const int32_t n_train = model.hparams().n_ctx_train;
+  const uint64_t limit = opt.memory_budget > 0 ? opt.memory_budget : available_memory_bytes();
+  SessionOptions o = opt;
+  o.n_ctx = n_train;
+  if (limit == 0 || session_memory_estimate(model, o) <= limit) return n_train;
+  int32_t c = 1;
+  while (c <= n_train / 2) c *= 2;  // the largest power of two below n_train
+  if (c == n_train) c /= 2;
+  for (; c >= kMinDefaultCtx; c /= 2) {
+    o.n_ctx = c;
+    if (session_memory_estimate(model, o) <= limit) return c;
+  }
+  return std::min(kMinDefaultCtx, n_train);
+}
+
 Session::Session(const Model& model, const SessionOptions& opt) : model_(model) {
-  const graph::PlanOptions po = plan_options(model, opt);
+  SessionOptions resolved = opt;
+  resolved.n_ctx = resolve_n_ctx(model, opt);
+  const graph::PlanOptions po = plan_options(model, resolved);
   // The whole cache counts, though it becomes resident only as tokens fill
   // it: a context the machine cannot hold would fail later, mid-chat.
-  const uint64_t need = session_memory_estimate(model, opt), avail = available_memory_bytes();
+  const uint64_t need = session_memory_estimate(model, resolved);
+  if (opt.memory_budget > 0 && need > opt.memory_budget) {
+    throw Error(LILIMS_ERR_OUT_OF_MEMORY,
+                "[session] a context of " + std::to_string(po.n_ctx) + " tokens needs " +
+                    std::to_string(need) + " bytes (" + mib(need) +
+                    "), over the memory budget of " + std::to_string(opt.memory_budget) +
+                    " bytes (" + mib(opt.memory_budget) + ")");
+  }
+  const uint64_t avail = available_memory_bytes();
   if (avail > 0 && need > avail) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY,
                 "[session] a context of " + std::to_string(po.n_ctx) + " tokens needs " +
@@ -128,7 +135,7 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
   }
   pool_ = std::make_unique<graph::ThreadPool>(resolve_threads(opt));
   try {
-    exec_ = std::make_unique<graph::Executor>(session_graph(model, opt, po.n_ctx), po, *pool_,
+    exec_ = std::make_unique<graph::Executor>(session_graph(model, resolved, po.n_ctx), po, *pool_,
                                               model.memory(po.n_ctx), opt.commit_hook);
   } catch (const std::bad_alloc&) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory for a KV cache of " +
@@ -136,6 +143,23 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
   }
   logits_.resize((size_t)model.hparams().n_vocab);
   tokens_.reserve((size_t)po.n_ctx);  // so that a decode step allocates nothing
+}
+
+MemoryReport Session::memory_report() const {
+  const graph::MemoryPlan& mem = exec_->plan().mem;
+  MemoryReport r;
+  const gguf::File& file = *model_.weights().file;
+  if (file.image_on_heap()) {
+    r.weights_copied = file.file_size() + mem.weights_heap;
+  } else {
+    r.weights_mapped = mem.weights_mapped + mem.embed_rows;
+    r.weights_copied = mem.weights_heap;
+  }
+  r.kv_full = mem.kv;
+  r.kv_resident = std::min<uint64_t>(exec_->kv_resident_bytes(), mem.kv);
+  r.scratch = mem.session() - mem.kv;
+  r.host = mem.model_host;
+  return r;
 }
 
 Session::Call::Call(Session& s) : s_(s) {

@@ -24,12 +24,29 @@ namespace lilims::runtime {
 struct ModelOptions {
   bool use_mmap = true;
   bool repack = true;
+  // Bytes the model may take (model_memory_estimate); 0: what the machine
+  // has available.  Checked before the weights are read or allocated.
+  uint64_t memory_budget = 0;
+  // Called with the fraction of the load done: 0 first, then at least once
+  // per tensor, nondecreasing, 1 last.  Returning true abandons the load
+  // (LILIMS_ERR_CANCELLED) and frees everything.
+  std::function<bool(float fraction)> progress;
 };
 
 class Model {
  public:
   // Throws lilims::Error.
   static std::unique_ptr<Model> open(const std::string& path, const ModelOptions& opt = {});
+  // From a GGUF image the caller owns and keeps valid, unchanged, until the
+  // model and every session made from it are gone; not copied (weights the
+  // kernels repack are, as from a file).  The image must start at a
+  // multiple of gguf::File::kImageAlignment bytes.
+  static std::unique_ptr<Model> open_memory(const void* data, size_t size,
+                                            const ModelOptions& opt = {});
+  // From bytes [offset, offset + size) of an open file (size 0: to its end);
+  // see gguf::File::open_fd.  The descriptor may be closed once this returns.
+  static std::unique_ptr<Model> open_fd(int fd, uint64_t offset, uint64_t size,
+                                        const ModelOptions& opt = {});
 
   const models::Model& weights() const { return *model_; }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -48,6 +65,11 @@ class Model {
   SchemaCache& schema_cache() const;
 
  private:
+  // Checks the budget against the parsed file, then reads the weights.
+  // `borrowed`: the image is the app's memory, resident already.
+  static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, const ModelOptions& opt,
+                                     bool borrowed);
+
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::string chat_template_;
@@ -59,10 +81,20 @@ class Model {
   mutable std::unique_ptr<SchemaCache> schema_cache_;
 };
 
+// Bytes a model takes once loaded, from its parsed file before any weight is
+// read: the image (every token reads every weight, so all of it becomes
+// resident, mapped or not), the repacked copies of quantized weights when the
+// image is on the heap (a mapped weight's pages are dropped once repacked),
+// and an upper bound on the tokenizer's and vocabulary's host structures.
+uint64_t model_memory_estimate(const gguf::File& file, const ModelOptions& opt);
+
 struct SessionOptions {
-  int32_t n_ctx = 0;      // 0: the model's training context, capped at 4096
+  // 0: the model's training context when the session fits memory_budget (or,
+  // without one, the memory available), else the largest power of two below
+  // it that does, down to kMinDefaultCtx (resolve_n_ctx).
+  int32_t n_ctx = 0;
   int32_t n_threads = 0;  // 0: hardware concurrency
-  int32_t n_batch = 64;
+  int32_t n_batch = 64;   // tokens per prefill block; 0: 64
   graph::ExecMode mode = graph::ExecMode::fast;
   quant::Type kv_type = quant::Type::F16;
   int chunk_layers = 3;  // transformer blocks per chunk
@@ -72,7 +104,19 @@ struct SessionOptions {
   // n_ctx beyond the model's training context: refused unless set, as
   // positions the model never saw give poor text rather than an error.
   bool allow_ctx_beyond_train = false;
+  // Bytes the session may take beyond the model (session_memory_estimate);
+  // 0: what the machine has available.
+  uint64_t memory_budget = 0;
 };
+
+// The smallest context n_ctx 0 falls back to (smaller still when the model
+// was trained for less).
+constexpr int32_t kMinDefaultCtx = 256;
+
+// The context a session with these options gets: opt.n_ctx when set, else
+// the rule of SessionOptions::n_ctx.  When not even kMinDefaultCtx fits, that
+// context is returned and the Session constructor refuses it with the figure.
+int32_t resolve_n_ctx(const Model& model, const SessionOptions& opt);
 
 // Bytes a session with these options takes once its context is full (KV
 // cache, scratch, logits; the model's weights are not included), as the
@@ -87,6 +131,17 @@ struct PlannedSession {
   graph::Plan plan;
 };
 PlannedSession plan_session(const Model& model, const SessionOptions& opt);
+
+// What a session and its model hold in memory (lilims_session_memory).
+struct MemoryReport {
+  uint64_t weights_mapped = 0;  // weights read in place: the file's mapping or the app's buffer
+  uint64_t weights_copied = 0;  // weights on lilims' heap: repacked copies, the image when read
+  uint64_t kv_resident = 0;     // the KV cache's pages written so far
+  uint64_t kv_full = 0;         // the KV cache once every position is written
+  uint64_t scratch = 0;         // activations, quantized activations, attention scratch, staging, logits
+  uint64_t host = 0;            // tokenizer and vocabulary
+  uint64_t total() const { return weights_mapped + weights_copied + kv_resident + scratch + host; }
+};
 
 enum class StopReason { max_tokens = 0, end_of_generation = 1, callback = 2, context_full = 3,
                         cancelled = 4, stop_string = 5 };
@@ -229,6 +284,9 @@ class Session {
   const graph::Executor& executor() const { return *exec_; }
   const Model& model() const { return model_; }
   int n_threads() const { return pool_->size(); }
+  // From the plan's figures and the pages the KV cache has written; the
+  // mapped weights count as they will be once every token has read them.
+  MemoryReport memory_report() const;
 
   // Marks the session busy for the life of a call (LILIMS_ERR_BUSY when it
   // already is); the C API holds one around its reads too.

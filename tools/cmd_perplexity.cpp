@@ -2,6 +2,7 @@
 // tokens, each evaluated from an empty cache (its first token replaced by
 // BOS when the vocabulary adds BOS), the second half of each chunk scored:
 // llama.cpp's llama-perplexity method, so the figures compare.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "runtime/perplexity.h"
 #include "tools/cli.h"
 #include "tools/common.h"
+#include "tools/progress.h"
 
 namespace {
 
@@ -22,7 +24,9 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: lilims perplexity [-m MODEL.gguf] -f TEXT [-c CTX] [-t THREADS]\n"
                "       [--chunks N] [--exec fast|ref|oracle] [--kv-type f16|q8_0|f32] [--no-mmap]\n"
-               "       [--chunk-layers K] [--kv-commit sync|async]\n");
+               "       [--chunk-layers K] [--kv-commit sync|async] [--no-progress]\n"
+               "Progress goes to stderr (a live line on a terminal, else a line every 5 seconds;\n"
+               "--no-progress: none); the result is the one line \"ppl = X\" on stdout.\n");
 }
 
 int perplexity_main(int argc, char** argv) {
@@ -30,6 +34,7 @@ int perplexity_main(int argc, char** argv) {
   common.n_ctx = 512;
   std::string text_path;
   long max_chunks = -1;
+  bool progress = true;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -40,6 +45,8 @@ int perplexity_main(int argc, char** argv) {
       if (common.parse(a, next)) continue;
       if (a == "-f" || a == "--file") {
         text_path = next();
+      } else if (a == "--no-progress") {
+        progress = false;
       } else if (a == "--chunks") {
         max_chunks = cli::parse_int("--chunks", next(), -1, INT32_MAX);
       } else if (a == "-h" || a == "--help") {
@@ -62,13 +69,22 @@ int perplexity_main(int argc, char** argv) {
     auto model = tools::open_model(common);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, true, false);
     runtime::Session session(*model, common.session_options());
-    std::fprintf(stderr, "perplexity: %zu tokens, chunks of %d, %d scored per chunk\n",
-                 tokens.size(), common.n_ctx, common.n_ctx - 1 - common.n_ctx / 2);
+    const int64_t whole = (int64_t)tokens.size() / common.n_ctx;
+    const int64_t n_chunks = max_chunks > 0 ? std::min<int64_t>(whole, max_chunks) : whole;
+    if (progress) {
+      std::fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %d, %d scored per chunk\n",
+                   tokens.size(), (long long)n_chunks, common.n_ctx,
+                   common.n_ctx - 1 - common.n_ctx / 2);
+    }
+    tools::ProgressLine line("perplexity", progress);
     const runtime::PerplexityResult r = runtime::perplexity(
         session, tokens, common.n_ctx, (int32_t)max_chunks,
-        [](const runtime::PerplexityResult& p) {
-          std::fprintf(stderr, "[%d] %.4f\n", p.n_chunks, p.ppl);
+        [&](const runtime::PerplexityResult& p) {
+          char note[48];
+          std::snprintf(note, sizeof note, "ppl %.4f", p.ppl);
+          line.update((uint64_t)p.n_chunks, (uint64_t)n_chunks, note);
         });
+    line.finish();
     std::printf("ppl = %.4f\n", r.ppl);
     return 0;
   } catch (const std::exception& e) {

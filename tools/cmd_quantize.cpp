@@ -1,6 +1,4 @@
 // `lilims quantize`: re-quantize a GGUF model's weights.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -9,14 +7,17 @@
 #include "models/gguf.h"
 #include "models/requantize.h"
 #include "tools/cli.h"
+#include "tools/progress.h"
 
 namespace {
 
 const char kUsage[] =
-    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain]\n"
+    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain] [--no-progress]\n"
     "  TYPE      Q4_0, Q4_1, Q8_0 or F16 (also F32)\n"
     "  --method  search (default): per block, the scale with the least squared error;\n"
     "            plain: GGML's reference round-to-nearest (llama.cpp's reference bytes)\n"
+    "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
+    "                 line every 5 seconds)\n"
     "Every 2-D weight whose rows split into whole blocks is re-quantized (token_embd\n"
     "included), 1-D tensors are stored as F32, other tensors and all metadata are kept.\n";
 
@@ -25,11 +26,14 @@ int cmd_quantize(int argc, char** argv) {
   std::string pos[3];
   int n_pos = 0;
   lilims::gguf::RequantizeOptions opt;
+  bool progress = true;
   for (int k = 1; k < argc; ++k) {
     const char* a = argv[k];
     if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (!std::strcmp(a, "--no-progress")) {
+      progress = false;
     } else if (!std::strcmp(a, "--method")) {
       if (k + 1 >= argc) return lilims::cli::fail("quantize", "--method needs a value");
       const std::string m = argv[++k];
@@ -52,22 +56,19 @@ int cmd_quantize(int argc, char** argv) {
   const Type type = tt->type;
   const std::string tn = tt->name;
 
-  const bool tty = isatty(STDERR_FILENO);
-  if (tty) {
-    opt.progress = [](size_t i, size_t n, const lilims::gguf::TensorInfo& t) {
-      std::fprintf(stderr, "\r[%zu/%zu] %-40.40s", i + 1, n, t.name.c_str());
-      std::fflush(stderr);
-    };
-  }
+  lilims::tools::ProgressLine line("quantize", progress);
+  opt.progress = [&line](size_t i, size_t n, const lilims::gguf::TensorInfo& t) {
+    line.update(i + 1, n, t.name);
+  };
   try {
     auto in = lilims::gguf::File::open(pos[0]);
     const lilims::gguf::Writer w = lilims::gguf::requantize(*in, type, opt);
-    if (tty) std::fprintf(stderr, "\r%-60s\r", "");
+    line.finish();
     w.write(pos[1]);
-    if (tty) std::fprintf(stderr, "lilims quantize: wrote %s (%s)\n", pos[1].c_str(), tn.c_str());
+    if (progress) std::fprintf(stderr, "lilims quantize: wrote %s (%s)\n", pos[1].c_str(), tn.c_str());
     return 0;
   } catch (const std::exception& e) {
-    if (tty) std::fprintf(stderr, "\n");
+    line.finish();
     return lilims::cli::fail("quantize", e.what());
   }
 }

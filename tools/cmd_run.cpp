@@ -54,8 +54,10 @@ void usage() {
   std::fputs(
       "  -s, --seed S           sampling seed, 0 to 2^64-1 (default 0)\n"
       "  -t, --threads N        threads, 1 to 256 (default: all cores)\n"
-      "  -c, --ctx-size N       context length, 1 to 2^20 (default: the model's, up to\n"
-      "                         4096; refused when its KV cache would not fit in memory)\n"
+      "  -c, --ctx-size N       context length, 1 to 2^20 (default: the model's trained\n"
+      "                         context if its KV cache fits the memory available, else\n"
+      "                         the largest power of two that fits; refused when even\n"
+      "                         256 does not, or when a given N does not fit)\n"
       "  --ctx-beyond-train     allow -c above the context the model was trained for\n"
       "  --kv-type TYPE         KV cache type: f16 (default), q8_0, f32\n"
       "  --exec MODE            fast (default), ref (scalar kernels), oracle (fp32)\n"

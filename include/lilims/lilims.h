@@ -70,7 +70,7 @@ int lilims_abi_version(void);
 typedef enum lilims_log_level {
   LILIMS_LOG_DEBUG = 0,
   LILIMS_LOG_INFO = 1,  /* a model loaded (and in how long), a session's settings */
-  LILIMS_LOG_WARN = 2,  /* a setting not honoured as asked (a context capped) */
+  LILIMS_LOG_WARN = 2,  /* a setting not honoured as asked (a default context lowered) */
   LILIMS_LOG_ERROR = 3
 } lilims_log_level;
 
@@ -87,15 +87,50 @@ void lilims_set_log_callback(lilims_log_callback callback, void *user_data,
 
 /* ---- models ---------------------------------------------------------- */
 
+/* Called while a model loads with the fraction done: 0 first, then at least
+ * once per tensor (nondecreasing), 1 last, on the loading thread.  Return
+ * nonzero to abandon the load: the open call frees everything and returns
+ * LILIMS_ERR_CANCELLED. */
+typedef int (*lilims_progress_callback)(void *user_data, float fraction);
+
 typedef struct lilims_model_params {
   size_t struct_size; /* sizeof(lilims_model_params) */
   int32_t use_mmap;   /* map the file (default 1); 0 reads it into memory */
+  /* Appended after 0.1.0 (a caller built against 0.1.0's header gets NULL / 0). */
+  lilims_progress_callback progress; /* NULL: no reports */
+  void *progress_user_data;
+  /* Bytes the model may take (0: what the machine has available).  The open
+   * refuses, before reading or allocating the weights, a model whose estimate
+   * exceeds it, with LILIMS_ERR_OUT_OF_MEMORY and the figure in
+   * lilims_last_error().  The estimate is the file's size (every token reads
+   * every weight, so all of it becomes resident, mapped or not), plus the
+   * repacked copies of quantized weights when use_mmap is 0, plus a bound on
+   * the tokenizer's structures. */
+  uint64_t memory_budget;
 } lilims_model_params;
 
 lilims_model_params lilims_model_default_params(void);
 
 lilims_status lilims_model_open(const char *path, const lilims_model_params *params,
                                 lilims_model **out_model);
+/* Opens a GGUF image the app holds in memory, without copying it: the app
+ * owns the buffer and must keep it valid and unchanged until the model and
+ * every session made from it are freed.  data must be aligned to 16 bytes
+ * (malloc, mmap and posix_memalign give that); weights the kernels repack
+ * are copied as from a file.  use_mmap is ignored. */
+lilims_status lilims_model_open_memory(const void *data, size_t size,
+                                       const lilims_model_params *params,
+                                       lilims_model **out_model);
+/* Opens the GGUF image at bytes [offset, offset + size) of an open file: an
+ * Android asset (AAsset_openFileDescriptor64 gives fd, offset and size), a
+ * model inside a bigger bundle.  size 0 means up to the end of the file.  The
+ * range is mapped (from the page holding offset); it is read into memory
+ * instead when use_mmap is 0 or offset is not a multiple of 16.  lilims does
+ * not keep fd: the app may close it once the call returns.  A range outside
+ * the file is LILIMS_ERR_IO; one that cuts the model short is
+ * LILIMS_ERR_BAD_FORMAT ("[gguf] truncated ..."). */
+lilims_status lilims_model_open_fd(int fd, uint64_t offset, uint64_t size,
+                                   const lilims_model_params *params, lilims_model **out_model);
 /* Drops the app's reference to the model.  Sessions created from it keep
  * their own: the weights stay in memory until the model and every session
  * made from it are freed, so a session stays usable after lilims_model_free. */
@@ -180,23 +215,64 @@ lilims_status lilims_chat_tokenize(const lilims_model *model, const char *templa
 
 /* ---- sessions -------------------------------------------------------- */
 
+/* The type of the KV cache's entries (lilims_session_params.kv_type). */
+typedef enum lilims_kv_type {
+  LILIMS_KV_F16 = 0, /* the default */
+  LILIMS_KV_Q8_0 = 1 /* half the memory; needs a head size that is a multiple of 32 */
+} lilims_kv_type;
+
 typedef struct lilims_session_params {
   size_t struct_size; /* sizeof(lilims_session_params) */
-  int32_t n_ctx;      /* context length in tokens; 0 = the model's, capped at 4096 */
+  /* Context length in tokens.  0: the model's n_ctx_train when the session
+   * fits memory_budget (or, without one, the memory available), else the
+   * largest power of two below it that fits, down to 256 (the session is
+   * refused when even that does not fit).  lilims_session_n_ctx tells. */
+  int32_t n_ctx;
   int32_t n_threads;  /* 0 = all cores */
   /* Nonzero: accept an n_ctx above the model's n_ctx_train (else
    * LILIMS_ERR_INVALID_ARGUMENT). */
   int32_t allow_ctx_beyond_train;
+  /* Appended after 0.1.0 (a caller built against 0.1.0's header gets 0). */
+  /* Bytes the session may take beyond its model (KV cache at full context,
+   * scratch, logits: lilims_session_memory_estimate); 0 = what the machine
+   * has available. */
+  uint64_t memory_budget;
+  int32_t n_batch;      /* tokens per prefill block; 0 = 64; capped at n_ctx */
+  int32_t kv_type;      /* a lilims_kv_type; 0 = LILIMS_KV_F16 */
+  int32_t chunk_layers; /* transformer blocks per execution chunk; 0 = 3 */
 } lilims_session_params;
 
 lilims_session_params lilims_session_default_params(void);
 
 /* LILIMS_ERR_OUT_OF_MEMORY, before allocating, when the session's KV cache
- * and scratch for n_ctx would not fit the memory the machine has available.
- * The KV cache becomes resident as tokens fill it, and
- * lilims_session_reset gives those pages back. */
+ * and scratch for n_ctx would exceed memory_budget or the memory the machine
+ * has available; the message gives the bytes needed.  The KV cache becomes
+ * resident as tokens fill it, and lilims_session_reset gives those pages
+ * back. */
 lilims_status lilims_session_create(lilims_model *model, const lilims_session_params *params,
                                     lilims_session **out_session);
+/* The bytes lilims_session_create would check for these params (the
+ * context n_ctx 0 resolves to included), without creating anything. */
+lilims_status lilims_session_memory_estimate(const lilims_model *model,
+                                             const lilims_session_params *params,
+                                             uint64_t *out_bytes);
+
+typedef struct lilims_memory_report {
+  size_t struct_size;      /* sizeof(lilims_memory_report) */
+  uint64_t weights_mapped; /* weights read in place from the file's mapping or the app's buffer,
+                              as resident once every token has read them */
+  uint64_t weights_copied; /* weights on lilims' heap: repacked copies, the file when read */
+  uint64_t kv_resident;    /* KV cache pages written so far (reset gives them back) */
+  uint64_t kv_full;        /* the KV cache once the context is full */
+  uint64_t scratch;        /* activations, attention scratch, staging, logits */
+  uint64_t host;           /* tokenizer and vocabulary */
+  uint64_t total;          /* weights_mapped + weights_copied + kv_resident + scratch + host */
+} lilims_memory_report;
+
+/* What the session and its model hold in memory now, from the plan's
+ * figures and the pages the KV cache has written.  The model's part is
+ * shared by every session made from it. */
+lilims_status lilims_session_memory(const lilims_session *session, lilims_memory_report *out);
 void lilims_session_free(lilims_session *session);
 
 /* Forgets every token: the next eval starts at position 0. */

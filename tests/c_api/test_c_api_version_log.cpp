@@ -37,12 +37,13 @@ void collect(void* user_data, lilims_log_level level, const char* message) {
 }
 
 // Opens the model, makes a session with this n_ctx and frees both.
-void open_and_create(const std::string& path, int32_t n_ctx) {
+void open_and_create(const std::string& path, int32_t n_ctx, uint64_t budget = 0) {
   lilims_model* m = nullptr;
   ASSERT_EQ(lilims_model_open(path.c_str(), nullptr, &m), LILIMS_OK) << lilims_last_error();
   lilims_session_params sp = lilims_session_default_params();
   sp.n_ctx = n_ctx;
   sp.n_threads = 1;
+  sp.memory_budget = budget;
   lilims_session* s = nullptr;
   EXPECT_EQ(lilims_session_create(m, &sp, &s), LILIMS_OK) << lilims_last_error();
   lilims_session_free(s);
@@ -86,21 +87,32 @@ TEST_F(Log, ReportsLoadAndSessionAtInfo) {
   EXPECT_TRUE(reports.empty()) << reports[0].message;
 }
 
-// SmolLM2 was trained on 8192 positions; n_ctx 0 gives 4096, which a caller
-// who asked for "the model's context" should hear about.
-TEST_F(Log, WarnsWhenTheDefaultContextIsCapped) {
+// SmolLM2 was trained on 8192 positions; n_ctx 0 under a budget that holds
+// only 4096 gives 4096, which a caller who asked for "the model's context"
+// should hear about.
+TEST_F(Log, WarnsWhenTheDefaultContextIsLowered) {
   const std::string path = lilims::test::smollm2_path();
   LILIMS_REQUIRE_FILE(path, "scripts/fetch_model.sh");
+  lilims_model* m = nullptr;
+  ASSERT_EQ(lilims_model_open(path.c_str(), nullptr, &m), LILIMS_OK) << lilims_last_error();
+  lilims_session_params sp = lilims_session_default_params();
+  sp.n_ctx = 4096;
+  sp.n_threads = 1;
+  uint64_t budget = 0;
+  ASSERT_EQ(lilims_session_memory_estimate(m, &sp, &budget), LILIMS_OK);
+  lilims_model_free(m);
+
   std::vector<Report> reports;
   lilims_set_log_callback(collect, &reports, LILIMS_LOG_WARN);
-  open_and_create(path, 0);
+  open_and_create(path, 0, budget);
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].level, LILIMS_LOG_WARN);
   EXPECT_EQ(reports[0].message,
-            "[session_create] n_ctx 0: the context is capped at 4096 of the model's 8192 trained "
-            "tokens; set n_ctx to use more");
+            "[session_create] n_ctx 0: the context is 4096 of the model's 8192 trained "
+            "tokens, as more would not fit the memory budget");
   reports.clear();
-  open_and_create(path, 8192);  // asked for explicitly: nothing to say
+  open_and_create(path, 0);  // the whole trained context fits: nothing to say
+  open_and_create(path, 4096, budget);  // asked for explicitly: nothing to say
   EXPECT_TRUE(reports.empty());
 }
 

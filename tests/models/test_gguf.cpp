@@ -66,15 +66,23 @@ InfoAt tensor_info_at(const Bytes& b, const std::string& name) {
   return r;
 }
 
-// Parses and expects failure with `status` and a message containing `what`.
+// Parses and expects failure with `status` and a message containing `what`,
+// from a copy and from the caller's bytes in place (the same checks).
 void expect_error(const Bytes& b, lilims_status status, const std::string& what) {
-  try {
-    File::from_bytes(b.data(), b.size());
-    ADD_FAILURE() << "parsed, expected an error containing '" << what << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).rfind("[gguf] ", 0), 0u) << e.what();
+  for (bool borrowed : {false, true}) {
+    try {
+      if (borrowed) {
+        File::from_borrowed(b.data(), b.size(), "<test>");
+      } else {
+        File::from_bytes(b.data(), b.size());
+      }
+      ADD_FAILURE() << "parsed, expected an error containing '" << what << "'"
+                    << (borrowed ? " (borrowed)" : "");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), status) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("[gguf] ", 0), 0u) << e.what();
+    }
   }
 }
 
@@ -278,6 +286,13 @@ TEST(GgufReader, EveryTruncationIsBadFormat) {
     try {
       File::from_bytes(cut.data(), cut.size());
       ADD_FAILURE() << "prefix of " << len << " bytes parsed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), LILIMS_ERR_BAD_FORMAT) << len << ": " << e.what();
+    }
+    // In place: the reader never reads past the caller's bytes either.
+    try {
+      File::from_borrowed(cut.data(), cut.size(), "<cut>");
+      ADD_FAILURE() << "prefix of " << len << " bytes parsed in place";
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), LILIMS_ERR_BAD_FORMAT) << len << ": " << e.what();
     }

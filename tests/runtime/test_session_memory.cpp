@@ -174,6 +174,35 @@ TEST(SessionMemory, ContextBeyondMemoryIsRefusedBeforeAllocating) {
   EXPECT_GT(available_memory_bytes(), 0u) << "no memory figure on this system";
 }
 
+// The model's estimate, made from the parsed file before any weight is
+// read, bounds what the loaded model takes: weights (mapped and heap) and
+// host structures, read or mapped, repacked or not.
+TEST(SessionMemory, ModelEstimateBoundsTheLoadedModel) {
+  for (const std::string& path : {stories_path(), test::smollm2_path()}) {
+    LILIMS_REQUIRE_FILE(path, "stories260K: ../shared/data; SmolLM2: scripts/fetch_model.sh");
+    for (bool mmap : {true, false}) {
+      for (bool repack : {true, false}) {
+        SCOPED_TRACE(path + (mmap ? " mapped" : " read") + (repack ? " repacked" : ""));
+        runtime::ModelOptions mo;
+        mo.use_mmap = mmap;
+        mo.repack = repack;
+        gguf::OpenOptions go;
+        go.use_mmap = mmap;
+        const uint64_t estimate = runtime::model_memory_estimate(*gguf::File::open(path, go), mo);
+        auto model = runtime::Model::open(path, mo);
+        const graph::ModelMemory mm = model->memory(model->hparams().n_ctx_train);
+        const uint64_t image = model->weights().file->file_size();
+        // The image holds every weight; a read one stays whole beside the repacked copies.
+        const uint64_t weights = mmap ? std::max<uint64_t>(image, mm.weights_mapped + mm.weights_heap)
+                                      : image + mm.weights_heap;
+        EXPECT_GE(estimate, weights + mm.host) << "host " << mm.host;
+        // and not by a wide margin: the tokenizer bound is within a few times what it takes
+        EXPECT_LE(estimate, weights + 8 * mm.host + (4u << 20));
+      }
+    }
+  }
+}
+
 TEST(SessionMemory, CApiOptInAndOutOfMemory) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see SOURCES.md");
   lilims_model* model = nullptr;

@@ -73,7 +73,8 @@ public final class Session: @unchecked Sendable {
   let handle: OpaquePointer
   private let queue = DispatchQueue(label: "lilims.session")
 
-  /// contextLength 0: the model's trained context (capped at 4096);
+  /// contextLength 0: the model's trained context when its KV cache fits
+  /// the memory available, else the largest power of two that does;
   /// threads 0: every core.
   public init(model: Model, contextLength: Int = 0, threads: Int = 0) throws {
     var params = lilims_session_default_params()
