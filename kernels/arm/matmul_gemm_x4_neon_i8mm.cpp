@@ -21,7 +21,7 @@ void mm_tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, size_t
   float32x4_t acc01[P], acc23[P];  // (r0t0, r0t1, r1t0, r1t1), (r2t0, r2t1, r3t0, r3t1)
   for (int p = 0; p < P; ++p) acc01[p] = acc23[p] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    LILIMS_MCA_BEGIN("mm_tile", 2 * P);
+    LILIMS_MCA_LOOP("mm_tile", 2 * P);
     const uint8_t* ab = x + b * Q::kActBlock;
     int8x16_t w01[4], w23[4];
     Q::unpack(g + b, w01, w23);
@@ -51,7 +51,6 @@ void mm_tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, size_t
         acc23[p] = vfmaq_f32(acc23[p], vzip2q_f32(mw, mw), sap);
       }
     }
-    LILIMS_MCA_END();
   }
   for (int p = 0; p < P; ++p) {
     float v[8];

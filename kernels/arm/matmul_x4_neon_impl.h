@@ -21,14 +21,13 @@
 #include "kernels/matmul.h"
 #include "quant/repack.h"
 
-// llvm-mca markers (bench/mca_neon.sh): empty asm comments around the inner
-// block loop; they cost nothing and survive into the -S output.
+// llvm-mca marker (bench/mca_neon.sh): an empty asm comment at the top of a
+// block-loop body that names the tile; the script analyses the innermost
+// loop around it as compiled.  It costs nothing and survives into -S output.
 #if defined(LILIMS_MCA_MARKERS)
-#define LILIMS_MCA_BEGIN(name, tokens) __asm__ volatile("// LLVM-MCA-BEGIN " name " tokens=%0" ::"i"(tokens))
-#define LILIMS_MCA_END() __asm__ volatile("// LLVM-MCA-END")
+#define LILIMS_MCA_LOOP(name, tokens) __asm__ volatile("// LILIMS-MCA-LOOP " name " tokens=%0" ::"i"(tokens))
 #else
-#define LILIMS_MCA_BEGIN(name, tokens) ((void)0)
-#define LILIMS_MCA_END() ((void)0)
+#define LILIMS_MCA_LOOP(name, tokens) ((void)0)
 #endif
 
 namespace lilims::kernels::neon_x4 {
@@ -168,7 +167,7 @@ inline void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, si
   float32x4_t acc[T];
   for (int t = 0; t < T; ++t) acc[t] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    LILIMS_MCA_BEGIN("tile", T);
+    LILIMS_MCA_LOOP("tile", T);
     const uint8_t* ab = x + b * P::kActBlock;
     int8x16_t w01[4], w23[4];
     P::unpack(g + b, w01, w23);
@@ -182,7 +181,6 @@ inline void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, si
       acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(isum), vmulq_n_f32(dw, da[t]));
       if constexpr (P::kHasMin) acc[t] = vfmaq_n_f32(acc[t], f16x4(g[b].m), sa[t]);
     }
-    LILIMS_MCA_END();
   }
   for (int t = 0; t < T; ++t) {
     float v[4];
