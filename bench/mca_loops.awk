@@ -9,6 +9,7 @@
 # increments, the compare and the back-edge itself.  A loop is innermost when
 # no other loop lies inside it.  Forward branches inside a region are kept
 # (llvm-mca sees them as straight-line code; the driver scripts report them).
+# One respelling: byte-lane MOVI immediates as LLVM writes them (below).
 #
 # Usage: awk -v dir=OUT -v base=NAME -f mca_loops.awk FILE.s
 # Writes, per innermost loop k of function f (k counts from 1 in address
@@ -102,8 +103,14 @@ BEGIN { fn = ""; n = 0; idx = 0; bad = 0 }
   sub(/\/\/.*/, "", line)
   if (line ~ /^[ \t]*$/ || line ~ /^[ \t]*[#.]/) next
   sub(/^[ \t]+/, "", line); sub(/[ \t]+$/, "", line)
-  insn[n] = line
   op = line; sub(/[ \t].*/, "", op); op = tolower(op)
+  # GNU as takes a byte-lane MOVI immediate written as the sign-extended
+  # 64-bit value GCC prints ("movi v1.16b, 0xfffffffffffffff0"); LLVM wants
+  # the byte itself (0xf0): the same instruction, respelled.
+  if (op == "movi" && tolower(line) ~ /\.(8|16)b,[ \t]*0xffffffffffffff[0-9a-f][0-9a-f]$/) {
+    sub(/0x[fF][fF][fF][fF][fF][fF][fF][fF][fF][fF][fF][fF][fF][fF]/, "0x", line)
+  }
+  insn[n] = line
   if (op ~ /^(b|b\.[a-z][a-z]|b(eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le)|cbn?z|tbn?z)$/) {
     t = line; sub(/.*[ ,\t]/, "", t); target[n] = t
   }
