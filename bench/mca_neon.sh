@@ -2,7 +2,8 @@
 # Static throughput of lilims' NEON matmul inner loops with llvm-mca, the
 # lilims side of bench/mca_llamacpp_neon.sh.
 # Compiles kernels/arm/matmul_gemm_x4_neon*.cpp with the cross compiler and
-# the flags of the cross build (-O3, the file's -march) plus
+# the flags of the cross build (-O3, the file's flags from
+# kernels/CMakeLists.txt) plus
 # -DLILIMS_MCA_MARKERS, which puts an asm comment "// LILIMS-MCA-LOOP <tile>
 # rows=R tokens=T" at the top of each block-loop body (kernels/arm/
 # matmul_x4_neon_impl.h).  The region analysed is the innermost loop around
@@ -22,10 +23,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "compiler: $("$cxx" --version | head -1); llvm-mca: $("$mca" --version | grep -i 'version' | head -1 | sed 's/^ *//')" >&2
 
-declare -A march=(
-  [matmul_gemm_x4_neon]=armv8-a
-  [matmul_gemm_x4_neon_dotprod]=armv8.2-a+dotprod
-  [matmul_gemm_x4_neon_i8mm]=armv8.2-a+dotprod+i8mm)
+# The per-file flags of kernels/CMakeLists.txt (GCC).
+declare -A flags=(
+  [matmul_gemm_x4_neon]="-march=armv8-a"
+  [matmul_gemm_x4_neon_dotprod]="-march=armv8.2-a+dotprod -fno-schedule-insns"
+  [matmul_gemm_x4_neon_i8mm]="-march=armv8.2-a+dotprod+i8mm -fno-schedule-insns")
 
 # llvm-mca cycles per iteration of region $1 on cpu $2; diagnostics to stderr,
 # any error stops the script.
@@ -41,7 +43,8 @@ mca_cycles() {
 printf "| variant | instance (function) | blocks/iter | apple-a14 cyc/iter | a14 cyc/block | cortex-a76 cyc/iter | a76 cyc/block |\n"
 printf "|---|---|---|---|---|---|---|\n"
 for f in matmul_gemm_x4_neon matmul_gemm_x4_neon_dotprod matmul_gemm_x4_neon_i8mm; do
-  "$cxx" -std=c++17 -O3 -DNDEBUG -march="${march[$f]}" -DLILIMS_MCA_MARKERS -I"$root" \
+  # shellcheck disable=SC2086  # flags: several words
+  "$cxx" -std=c++17 -O3 -DNDEBUG ${flags[$f]} -DLILIMS_MCA_MARKERS -I"$root" \
     -S -o "$tmp/$f.s" "$root/kernels/arm/$f.cpp"
   awk -v dir="$tmp" -v base="$f" -f "$root/bench/mca_loops.awk" "$tmp/$f.s"
   markers=$(grep -c 'LILIMS-MCA-LOOP' "$tmp/$f.s" || true)

@@ -21,7 +21,7 @@ using neon_x4::X4;
 using quant::Type;
 
 struct LaneTile {
-  static constexpr int kQuads = 3;
+  static constexpr int kQuads = 4;
   template <Type WT, int TQ>
   static void run(const typename X4<WT>::Blk* g, const ActTile4* a, int64_t nbc, float* y,
                   int64_t ldy, int64_t row0, int rows, int tokens, bool add) {

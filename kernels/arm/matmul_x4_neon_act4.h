@@ -110,7 +110,7 @@ inline void store_tile(const float o[4][4 * kMaxQuads], float* y, int64_t ldy, i
 // 4-row group x TQ quads over nbc tile block columns, stored or added;
 // Micro::kQuads: the TQ of full passes (the most its registers hold).
 // Tile1::run<G>(g, nb, x, y, row0, rows): the 1-token tile (n == 1) over G
-// groups.
+// (1 to 3) groups.
 template <Type WT, Order O, class Micro, int TQ>
 inline void act_tile_rows(const typename X4<WT>::Blk* base, int64_t nb, int64_t r0, int64_t r1,
                           const uint8_t* x, size_t x_stride, int tokens, float* y, int64_t ldy,
@@ -139,17 +139,27 @@ inline void gemm_x4_act4(const PackedWeight& W, int64_t r0, int64_t r1, const vo
   const Blk* base = static_cast<const Blk*>(W.data);
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   if (n == 1) {
-    // Two groups at a time while a second one holds rows of [r0, r1).
+    // Groups two at a time (they share the activation registers), three
+    // once if their number is odd; one alone only when [r0, r1) has one.
+    const int64_t groups = (r1 - r0 + 3) / 4;
+    const auto rows_of = [&](int64_t row) { return (int)(r1 - row < 4 ? r1 - row : 4); };
     int64_t row0 = r0;
-    for (; r1 - row0 > 4; row0 += 8) {
-      const Blk* g[2] = {base + (row0 / 4) * nb, base + (row0 / 4 + 1) * nb};
-      const int rows[2] = {4, (int)(r1 - row0 - 4 < 4 ? r1 - row0 - 4 : 4)};
-      Tile1::template run<2>(g, nb, xb, y, row0, rows);
-    }
-    if (row0 < r1) {
+    if (groups == 1) {
       const Blk* g[1] = {base + (row0 / 4) * nb};
-      const int rows[1] = {(int)(r1 - row0)};
+      const int rows[1] = {rows_of(row0)};
       Tile1::template run<1>(g, nb, xb, y, row0, rows);
+      return;
+    }
+    if (groups % 2 == 1) {
+      const Blk* g[3] = {base + (row0 / 4) * nb, base + (row0 / 4 + 1) * nb, base + (row0 / 4 + 2) * nb};
+      const int rows[3] = {4, 4, rows_of(row0 + 8)};
+      Tile1::template run<3>(g, nb, xb, y, row0, rows);
+      row0 += 12;
+    }
+    for (; row0 < r1; row0 += 8) {
+      const Blk* g[2] = {base + (row0 / 4) * nb, base + (row0 / 4 + 1) * nb};
+      const int rows[2] = {4, rows_of(row0 + 4)};
+      Tile1::template run<2>(g, nb, xb, y, row0, rows);
     }
     return;
   }

@@ -196,11 +196,11 @@ struct DotNeon {
 };
 
 #if defined(__ARM_FEATURE_DOTPROD)
-// The 1-token (decode) tile of the +dotprod / +i8mm kernels: G (1 or 2)
+// The 1-token (decode) tile of the +dotprod / +i8mm kernels: G (1 to 3)
 // groups of 4 rows x 1 token.  Each 8-byte activation chunk is loaded into
 // both halves of a register (LD1R), so SDOT against w01[c] = (r0 8 bytes,
 // r1 8 bytes) gives (r0 k0-3, r0 k4-7, r1 k0-3, r1 k4-7) partial sums; ADDP
-// folds them.  Two groups share the activation registers and scale.
+// folds them.  The groups share the activation registers and scale.
 template <Type WT>
 struct Tile1Sdot {
   using P = X4<WT>;
