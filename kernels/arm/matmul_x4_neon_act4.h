@@ -68,26 +68,19 @@ inline void interleave4(const uint8_t* const a[4], int tokens, int64_t b0, int64
     ActTile4& o = tile[b * stride];
     int8_t* q = o.qs;
     if constexpr (O == Order::lane) {
-      for (int h = 0; h < 2; ++h) {  // elements 16h..16h+15
-        const int32x4_t* v = h == 0 ? lo : hi;
-        const int64x2_t u0 = vreinterpretq_s64_s32(vzip1q_s32(v[0], v[1]));  // t0 j0, t1 j0, t0 j1, t1 j1
-        const int64x2_t u1 = vreinterpretq_s64_s32(vzip1q_s32(v[2], v[3]));
-        const int64x2_t u2 = vreinterpretq_s64_s32(vzip2q_s32(v[0], v[1]));  // j2, j3
-        const int64x2_t u3 = vreinterpretq_s64_s32(vzip2q_s32(v[2], v[3]));
-        vst1q_s8(q + 64 * h + 0, vreinterpretq_s8_s64(vzip1q_s64(u0, u1)));
-        vst1q_s8(q + 64 * h + 16, vreinterpretq_s8_s64(vzip2q_s64(u0, u1)));
-        vst1q_s8(q + 64 * h + 32, vreinterpretq_s8_s64(vzip1q_s64(u2, u3)));
-        vst1q_s8(q + 64 * h + 48, vreinterpretq_s8_s64(vzip2q_s64(u2, u3)));
-      }
+      // ST4 of 32-bit elements writes element j of tokens 0..3 side by side.
+      const int32x4x4_t l4 = {{lo[0], lo[1], lo[2], lo[3]}}, h4 = {{hi[0], hi[1], hi[2], hi[3]}};
+      vst4q_s32(reinterpret_cast<int32_t*>(q), l4);
+      vst4q_s32(reinterpret_cast<int32_t*>(q + 64), h4);
       for (int t = 0; t < 4; ++t) o.d[t] = d[t], o.s[t] = s[t], o.d[4 + t] = 0, o.s[4 + t] = 0;
     } else {
+      // ST2 of 64-bit elements: chunk c of tokens 2p, 2p+1 side by side.
       for (int p = 0; p < 2; ++p) {
-        const int64x2_t l0 = vreinterpretq_s64_s32(lo[2 * p]), l1 = vreinterpretq_s64_s32(lo[2 * p + 1]);
-        const int64x2_t h0 = vreinterpretq_s64_s32(hi[2 * p]), h1 = vreinterpretq_s64_s32(hi[2 * p + 1]);
-        vst1q_s8(q + 64 * p + 0, vreinterpretq_s8_s64(vzip1q_s64(l0, l1)));
-        vst1q_s8(q + 64 * p + 16, vreinterpretq_s8_s64(vzip2q_s64(l0, l1)));
-        vst1q_s8(q + 64 * p + 32, vreinterpretq_s8_s64(vzip1q_s64(h0, h1)));
-        vst1q_s8(q + 64 * p + 48, vreinterpretq_s8_s64(vzip2q_s64(h0, h1)));
+        int64_t* out = reinterpret_cast<int64_t*>(q + 64 * p);
+        const int64x2x2_t l2 = {{vreinterpretq_s64_s32(lo[2 * p]), vreinterpretq_s64_s32(lo[2 * p + 1])}};
+        const int64x2x2_t h2 = {{vreinterpretq_s64_s32(hi[2 * p]), vreinterpretq_s64_s32(hi[2 * p + 1])}};
+        vst2q_s64(out, l2);
+        vst2q_s64(out + 4, h2);
         for (int i = 0; i < 4; ++i) {
           o.d[4 * p + i] = d[2 * p + (i & 1)];
           o.s[4 * p + i] = s[2 * p + (i & 1)];
