@@ -45,7 +45,8 @@ if [ -z "$src" ]; then
 fi
 if [ -z "$src" ]; then
   echo "fetching llama-cpp-python==$version (sdist) with pip download" >&2
-  pip download --no-binary :all: --no-deps "llama-cpp-python==$version" -d "$tmp/dl" >&2
+  # Only this package from source: its build dependencies come as wheels.
+  pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$tmp/dl" >&2
   sdist=$(ls "$tmp"/dl/llama_cpp_python-"$version".tar.gz)
   echo "$sha256  $sdist" | sha256sum -c - >&2
   tar -xzf "$sdist" -C "$tmp"
