@@ -23,8 +23,9 @@
 #include "quant/repack.h"
 
 // llvm-mca marker (bench/mca_neon.sh): an empty asm comment at the top of a
-// block-loop body that names the tile and its rows x tokens; the script analyses the innermost
-// loop around it as compiled.  It costs nothing and survives into -S output.
+// block-loop body that names the tile and its rows x tokens; the script
+// analyses the innermost loop around it as compiled.  It costs nothing and
+// survives into -S output.
 #if defined(LILIMS_MCA_MARKERS)
 #define LILIMS_MCA_LOOP(name, rows, tokens) \
   __asm__ volatile("// LILIMS-MCA-LOOP " name " rows=%0 tokens=%1" ::"i"(rows), "i"(tokens))
@@ -215,8 +216,10 @@ struct Tile1Sdot {
       LILIMS_MCA_LOOP("tile", 4 * G, 1);
       const int8_t* q = reinterpret_cast<const int8_t*>(a + P::kActQ);
       int8x16_t ac[4];
-      for (int c = 0; c < 4; ++c) {
-        ac[c] = vreinterpretq_s8_s64(vld1q_dup_s64(reinterpret_cast<const int64_t*>(q + 8 * c)));
+      for (int c = 0; c < 4; ++c) {  // activation rows are only 2-byte aligned
+        int64_t v;
+        std::memcpy(&v, q + 8 * c, 8);
+        ac[c] = vreinterpretq_s8_s64(vdupq_n_s64(v));
       }
       const float da = f16_to_f32(a);
       for (int i = 0; i < G; ++i) {
