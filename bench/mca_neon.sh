@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Static throughput of the NEON matmul inner loops with llvm-mca.
+# Static throughput of lilims' NEON matmul inner loops with llvm-mca, the
+# lilims side of bench/mca_llamacpp_neon.sh.
 # Compiles kernels/arm/matmul_gemm_x4_neon*.cpp with the cross compiler and
-# the flags of the cross build (-O3, the file's -march) plus
-# -DLILIMS_MCA_MARKERS, which puts "// LLVM-MCA-BEGIN/END" asm comments
-# around one block column of the tile loop (kernels/arm/matmul_x4_neon_impl.h).
-# Every marked region (one per template instance: weight type x token tile)
-# goes to llvm-mca for apple-a14 and cortex-a76; the table gives cycles per
-# iteration and per 32-weight block (iteration = 4 rows x T tokens blocks).
+# the flags of the cross build (-O3, the file's flags from
+# kernels/CMakeLists.txt) plus
+# -DLILIMS_MCA_MARKERS, which puts an asm comment "// LILIMS-MCA-LOOP <tile>
+# rows=R tokens=T" at the top of each block-loop body (kernels/arm/
+# matmul_x4_neon_impl.h).  The region analysed is the innermost loop around
+# the marker as compiled (bench/mca_loops.awk: from the loop's label to its
+# back-edge, so the pointer increments, compare and branch are in), one per
+# template instance (weight type x tile).  Cycles per 32-weight block =
+# cycles per iteration / (R rows x T tokens); the script checks that the
+# loop's int8 multiply-adds are exactly 32 per such block.  llvm-mca's
+# diagnostics are printed, and any error, a marker outside a loop or a
+# multiply-add count that does not match stops the script.
 # Usage: bench/mca_neon.sh [llvm-mca binary]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,43 +21,56 @@ mca=${1:-$(command -v llvm-mca || command -v llvm-mca-14)}
 cxx=${CXX_AARCH64:-aarch64-linux-gnu-g++}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+echo "compiler: $("$cxx" --version | head -1); llvm-mca: $("$mca" --version | grep -i 'version' | head -1 | sed 's/^ *//')" >&2
 
-declare -A march=(
-  [matmul_gemm_x4_neon]=armv8-a
-  [matmul_gemm_x4_neon_dotprod]=armv8.2-a+dotprod
-  [matmul_gemm_x4_neon_i8mm]=armv8.2-a+dotprod+i8mm)
+# The per-file flags of kernels/CMakeLists.txt (GCC).
+declare -A flags=(
+  [matmul_gemm_x4_neon]="-march=armv8-a"
+  [matmul_gemm_x4_neon_dotprod]="-march=armv8.2-a+dotprod -fno-schedule-insns"
+  [matmul_gemm_x4_neon_i8mm]="-march=armv8.2-a+dotprod+i8mm -fno-schedule-insns")
+
+# llvm-mca cycles per iteration of region $1 on cpu $2; diagnostics to stderr,
+# any error stops the script.
+mca_cycles() {
+  local out err rc
+  out=$("$mca" -mtriple=aarch64 -mcpu="$2" -mattr=+dotprod,+i8mm -iterations=100 "$1" 2> "$tmp/mca.err") && rc=0 || rc=$?
+  err=$(cat "$tmp/mca.err")
+  if [ -n "$err" ]; then echo "llvm-mca ($2, $1):" >&2; head -n 40 <<< "$err" >&2; fi
+  if [ $rc -ne 0 ] || grep -q 'error' <<< "$err"; then echo "llvm-mca failed on $1" >&2; exit 1; fi
+  awk '/^Total Cycles:/ { print $3 / 100 }' <<< "$out"
+}
 
 printf "| variant | instance (function) | blocks/iter | apple-a14 cyc/iter | a14 cyc/block | cortex-a76 cyc/iter | a76 cyc/block |\n"
 printf "|---|---|---|---|---|---|---|\n"
 for f in matmul_gemm_x4_neon matmul_gemm_x4_neon_dotprod matmul_gemm_x4_neon_i8mm; do
-  "$cxx" -std=c++17 -O3 -DNDEBUG -march="${march[$f]}" -DLILIMS_MCA_MARKERS -I"$root" \
+  # shellcheck disable=SC2086  # flags: several words
+  "$cxx" -std=c++17 -O3 -DNDEBUG ${flags[$f]} -DLILIMS_MCA_MARKERS -I"$root" \
     -S -o "$tmp/$f.s" "$root/kernels/arm/$f.cpp"
-  # Split into regions; remember the (demangled) function each one is in.
-  awk -v dir="$tmp" -v base="$f" '
-    /^_Z[^ ]*:$/ { fn = substr($0, 1, length($0) - 1) }
-    /LLVM-MCA-BEGIN/ {
-      n++; out = dir "/" base "." n ".s"; print fn > (out ".fn")
-      t = $0; sub(/.*tokens=#?/, "", t); print $(NF-1) " " t > (out ".tag"); inside = 1; next
-    }
-    /LLVM-MCA-END/ { inside = 0; close(out); next }
-    inside && $0 !~ /^[ \t]*(\.|#|\/\/)/ && $0 !~ /^[.A-Za-z0-9_]+:/ { print > out }
-  ' "$tmp/$f.s"
-  for region in $(ls "$tmp/$f".*.s 2>/dev/null); do
-    [ -f "$region" ] || continue
-    fn=$(c++filt < "$region.fn")
-    case "$fn" in *q8_0_q8_0*) wt=Q8_0 ;; *q4_0_q8_0*) wt=Q4_0 ;; *q4_1_q8_1*) wt=Q4_1 ;; *"Type)8,"*) wt=Q8_0 ;; *"Type)2,"*) wt=Q4_0 ;; *"Type)3,"*) wt=Q4_1 ;; *) wt=? ;; esac
-    read -r kind t < "$region.tag"
-    blocks=$((4 * t))
-    row="| ${f#matmul_gemm_x4_} | $wt $kind x ${t} tokens | $blocks"
+  awk -v dir="$tmp" -v base="$f" -f "$root/bench/mca_loops.awk" "$tmp/$f.s"
+  markers=$(grep -c 'LILIMS-MCA-LOOP' "$tmp/$f.s" || true)
+  found=0
+  while IFS=$'\t' read -r k fn first last macs fwd tag; do
+    [ "$tag" != "-" ] || continue
+    case "$tag" in *,*) echo "$f: one loop holds several markers ($tag)" >&2; exit 1 ;; esac
+    found=$((found + 1))
+    name=$(c++filt <<< "$fn")
+    case "$name" in *q8_0_q8_0*) wt=Q8_0 ;; *q4_0_q8_0*) wt=Q4_0 ;; *q4_1_q8_1*) wt=Q4_1 ;;
+      *"Type)8,"*) wt=Q8_0 ;; *"Type)2,"*) wt=Q4_0 ;; *"Type)3,"*) wt=Q4_1 ;; *) wt=? ;; esac
+    kind=${tag%% *}; t=${tag##*tokens=}; rows=${tag##*rows=}; rows=${rows%% *}
+    blocks=$((rows * t))
+    if [ "$macs" -ne $((32 * blocks)) ]; then
+      echo "$f loop $k ($tag, lines $first-$last): $macs int8 multiply-adds, expected $((32 * blocks))" >&2; exit 1
+    fi
+    [ "$fwd" -eq 0 ] || echo "note: $f loop $k has $fwd forward branch(es) inside" >&2
+    row="| ${f#matmul_gemm_x4_} | $wt $kind $rows rows x $t tokens | $blocks"
     for cpu in apple-a14 cortex-a76; do
-      cyc=$("$mca" -mtriple=aarch64 -mcpu=$cpu -mattr=+dotprod,+i8mm -iterations=100 "$region" 2>/dev/null |
-            awk '/^Total Cycles:/ { print $3 / 100 }')
-      if [ -n "$cyc" ]; then
-        row="$row | $cyc | $(awk -v c="$cyc" -v b="$blocks" 'BEGIN { printf "%.2f", c / b }')"
-      else
-        row="$row | n/a | n/a"
-      fi
+      cyc=$(mca_cycles "$tmp/$f.$k.s" $cpu)
+      [ -n "$cyc" ] || { echo "no cycle count for $f loop $k on $cpu" >&2; exit 1; }
+      row="$row | $cyc | $(awk -v c="$cyc" -v b="$blocks" 'BEGIN { printf "%.2f", c / b }')"
     done
     echo "$row |"
-  done
+  done < "$tmp/$f.index"
+  if [ "$found" -ne "$markers" ]; then
+    echo "$f: $markers markers in the assembly but $found found inside innermost loops" >&2; exit 1
+  fi
 done

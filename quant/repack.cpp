@@ -42,6 +42,11 @@ void repack_x4(Type type, const void* src, int64_t rows, int64_t cols, void* dst
         if (n_scales == 2) std::memcpy(out + 8 + 2 * r, blk + 2, 2);
         const uint8_t* q = blk + 2 * n_scales;
         for (int c = 0; c < (int)qbytes / 8; ++c) std::memcpy(qs + (c * 4 + r) * 8, q + c * 8, 8);
+        if (type == Type::Q4_0 && kQ4_0X4Xor != 0) {
+          for (int c = 0; c < (int)qbytes / 8; ++c) {
+            for (int i = 0; i < 8; ++i) qs[(c * 4 + r) * 8 + i] ^= kQ4_0X4Xor;
+          }
+        }
       }
     }
   }
@@ -60,6 +65,9 @@ void block_from_x4(Type type, const void* packed, int64_t cols, int64_t row, int
   const uint8_t* qs = in + 8 * n_scales;
   for (int c = 0; c < (int)quant_bytes(type) / 8; ++c) {
     std::memcpy(o + 2 * n_scales + c * 8, qs + (c * 4 + r) * 8, 8);
+  }
+  if (type == Type::Q4_0 && kQ4_0X4Xor != 0) {
+    for (size_t i = 0; i < quant_bytes(type); ++i) o[2 * n_scales + i] ^= kQ4_0X4Xor;
   }
 }
 

@@ -13,6 +13,11 @@
 // one chunk of 2 rows (NEON; exactly an SMMLA operand).  When rows % 4 != 0
 // the last group is padded with zero blocks (scale 0), which kernels read
 // but never write out.
+//   On aarch64 builds Q4_0 quant bytes are stored XOR kQ4_0X4Xor (0x88):
+// each nibble q becomes the 4-bit two's complement of q - 8, so the NEON
+// kernels get 16 * (q - 8) with one shift (low nibbles) or one mask (high)
+// and a signed shift gives q - 8 itself.  Elsewhere the bytes are GGUF's
+// (kQ4_0X4Xor = 0).  block_from_x4 undoes it; nothing else reads the bytes.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +26,12 @@
 #include "quant/quant.h"
 
 namespace lilims::quant {
+
+#if defined(__aarch64__)
+constexpr uint8_t kQ4_0X4Xor = 0x88;
+#else
+constexpr uint8_t kQ4_0X4Xor = 0x00;
+#endif
 
 struct BlockQ8_0x4 {
   uint16_t d[4];      // fp16 scales of rows 0..3

@@ -3,8 +3,9 @@
 // each includes it into its own translation unit, compiled with its own
 // -march, and instantiates it with its block dot product:
 //   DotNeon     baseline: SMULL/SMLAL 8x8 -> int16, SADALP -> int32
-//   DotSdot     +dotprod: SDOT on (2 rows x 8) x (8 duplicated), 4 per block pair of rows
-// (the +i8mm kernels use SMMLA tiles and fall back to DotSdot for odd tokens).
+// and, for the +dotprod / +i8mm kernels, the 1-token tile Tile1Sdot below
+// (their multi-token tiles read interleaved activations:
+// matmul_x4_neon_act4.h).
 //
 // Registers: one 16-byte load = one 8-byte chunk of 2 rows, so block
 // column b of a group is w01[c], w23[c] for chunks c = 0..3 (activation
@@ -21,14 +22,15 @@
 #include "kernels/matmul.h"
 #include "quant/repack.h"
 
-// llvm-mca markers (bench/mca_neon.sh): empty asm comments around the inner
-// block loop; they cost nothing and survive into the -S output.
+// llvm-mca marker (bench/mca_neon.sh): an empty asm comment at the top of a
+// block-loop body that names the tile and its rows x tokens; the script
+// analyses the innermost loop around it as compiled.  It costs nothing and
+// survives into -S output.
 #if defined(LILIMS_MCA_MARKERS)
-#define LILIMS_MCA_BEGIN(name, tokens) __asm__ volatile("// LLVM-MCA-BEGIN " name " tokens=%0" ::"i"(tokens))
-#define LILIMS_MCA_END() __asm__ volatile("// LLVM-MCA-END")
+#define LILIMS_MCA_LOOP(name, rows, tokens) \
+  __asm__ volatile("// LILIMS-MCA-LOOP " name " rows=%0 tokens=%1" ::"i"(rows), "i"(tokens))
 #else
-#define LILIMS_MCA_BEGIN(name, tokens) ((void)0)
-#define LILIMS_MCA_END() ((void)0)
+#define LILIMS_MCA_LOOP(name, rows, tokens) ((void)0)
 #endif
 
 namespace lilims::kernels::neon_x4 {
@@ -57,10 +59,9 @@ struct X4<Type::Q8_0> {
   }
 };
 
-template <Type WT, bool kMinus8>
-inline void unpack_q4(const uint8_t* qs, int8x16_t w01[4], int8x16_t w23[4]) {
+// Q4_1: unsigned nibbles.
+inline void unpack_q4_1(const uint8_t* qs, int8x16_t w01[4], int8x16_t w23[4]) {
   const uint8x16_t lo = vdupq_n_u8(0x0f);
-  const int8x16_t eight = vdupq_n_s8(8);
   const uint8x16_t a = vld1q_u8(qs), b = vld1q_u8(qs + 16), c = vld1q_u8(qs + 32),
                    d = vld1q_u8(qs + 48);
   w01[0] = vreinterpretq_s8_u8(vandq_u8(a, lo));  // k 0..7
@@ -71,12 +72,23 @@ inline void unpack_q4(const uint8_t* qs, int8x16_t w01[4], int8x16_t w23[4]) {
   w23[2] = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
   w01[3] = vreinterpretq_s8_u8(vshrq_n_u8(c, 4));  // k 24..31
   w23[3] = vreinterpretq_s8_u8(vshrq_n_u8(d, 4));
-  if (kMinus8) {
-    for (int i = 0; i < 4; ++i) {
-      w01[i] = vsubq_s8(w01[i], eight);
-      w23[i] = vsubq_s8(w23[i], eight);
-    }
-  }
+}
+
+// Q4_0, stored XOR 0x88 (quant/repack.h): a nibble is the 4-bit two's
+// complement of q - 8, so shifting it to the top of the byte and back
+// arithmetically gives q - 8.
+inline void unpack_q4_0(const uint8_t* qs, int8x16_t w01[4], int8x16_t w23[4]) {
+  static_assert(quant::kQ4_0X4Xor == 0x88, "the NEON kernels read Q4_0 stored XOR 0x88");
+  int8x16_t v[4];
+  for (int i = 0; i < 4; ++i) v[i] = vld1q_s8(reinterpret_cast<const int8_t*>(qs) + 16 * i);
+  w01[0] = vshrq_n_s8(vshlq_n_s8(v[0], 4), 4);  // k 0..7
+  w23[0] = vshrq_n_s8(vshlq_n_s8(v[1], 4), 4);
+  w01[1] = vshrq_n_s8(vshlq_n_s8(v[2], 4), 4);  // k 8..15
+  w23[1] = vshrq_n_s8(vshlq_n_s8(v[3], 4), 4);
+  w01[2] = vshrq_n_s8(v[0], 4);  // k 16..23
+  w23[2] = vshrq_n_s8(v[1], 4);
+  w01[3] = vshrq_n_s8(v[2], 4);  // k 24..31
+  w23[3] = vshrq_n_s8(v[3], 4);
 }
 
 template <>
@@ -85,7 +97,7 @@ struct X4<Type::Q4_0> {
   static constexpr bool kHasMin = false, kSmall = true;
   static constexpr size_t kActBlock = sizeof(quant::BlockQ8_0), kActQ = 2;
   static inline void unpack(const Blk* b, int8x16_t w01[4], int8x16_t w23[4]) {
-    unpack_q4<Type::Q4_0, true>(b->qs, w01, w23);
+    unpack_q4_0(b->qs, w01, w23);
   }
 };
 
@@ -95,9 +107,58 @@ struct X4<Type::Q4_1> {
   static constexpr bool kHasMin = true, kSmall = true;
   static constexpr size_t kActBlock = sizeof(quant::BlockQ8_1), kActQ = 4;
   static inline void unpack(const Blk* b, int8x16_t w01[4], int8x16_t w23[4]) {
-    unpack_q4<Type::Q4_1, false>(b->qs, w01, w23);
+    unpack_q4_1(b->qs, w01, w23);
   }
 };
+
+// One block column of a group as SDOT / SMMLA operands (w01[c], w23[c] as
+// for unpack), each weight multiplied by 2^kShift.  Q4_0 (stored XOR 0x88)
+// gives 16 * (q - 8) with one instruction per register: a shift left by 4
+// (low nibbles) or a mask (high ones) leaves the nibble's two's complement
+// in the top half of the byte; the 16 is undone for free, and exactly (the
+// sum is a multiple of 16), by the fixed-point int -> float conversion.
+// |16 (q - 8) * a| <= 128 * 127: SDOT / SMMLA's int32 sums cannot overflow.
+// Q8_0 and Q4_1 are unpack's values (kShift 0).
+template <Type WT>
+struct Operands {
+  static constexpr int kShift = 0;
+  static inline void load(const typename X4<WT>::Blk* b, int8x16_t w01[4], int8x16_t w23[4]) {
+    X4<WT>::unpack(b, w01, w23);
+  }
+};
+template <>
+struct Operands<Type::Q4_0> {
+  static constexpr int kShift = 4;
+  static inline void load(const quant::BlockQ4_0x4* b, int8x16_t w01[4], int8x16_t w23[4]) {
+    const int8x16_t hi = vdupq_n_s8((int8_t)0xf0);
+    int8x16_t v[4];
+    for (int i = 0; i < 4; ++i) v[i] = vld1q_s8(reinterpret_cast<const int8_t*>(b->qs) + 16 * i);
+    w01[0] = vshlq_n_s8(v[0], 4);  // k 0..7
+    w23[0] = vshlq_n_s8(v[1], 4);
+    w01[1] = vshlq_n_s8(v[2], 4);  // k 8..15
+    w23[1] = vshlq_n_s8(v[3], 4);
+    w01[2] = vandq_s8(v[0], hi);  // k 16..23
+    w23[2] = vandq_s8(v[1], hi);
+    w01[3] = vandq_s8(v[2], hi);  // k 24..31
+    w23[3] = vandq_s8(v[3], hi);
+  }
+};
+
+// float(sum) / 2^kShift, exactly (one rounding of the true sum).
+template <int kShift>
+inline float32x4_t to_f32(int32x4_t v) {
+  if constexpr (kShift == 0) {
+    return vcvtq_f32_s32(v);
+  } else {
+    return vcvtq_n_f32_s32(v, kShift);
+  }
+}
+
+inline float f16_to_f32(const uint8_t* p) {
+  __fp16 h;
+  std::memcpy(&h, p, 2);
+  return (float)h;
+}
 
 // Exact int32 block dot products of rows 0..3 with one activation block.
 struct DotNeon {
@@ -136,18 +197,50 @@ struct DotNeon {
 };
 
 #if defined(__ARM_FEATURE_DOTPROD)
-struct DotSdot {
-  template <Type WT>
-  static inline int32x4_t dot(const int8x16_t w01[4], const int8x16_t w23[4], const int8_t* aq) {
-    int32x4_t s01 = vdupq_n_s32(0), s23 = vdupq_n_s32(0);
-    for (int c = 0; c < 4; ++c) {
-      int64_t v;
-      std::memcpy(&v, aq + 8 * c, 8);
-      const int8x16_t a = vreinterpretq_s8_s64(vdupq_n_s64(v));  // chunk in both halves
-      s01 = vdotq_s32(s01, w01[c], a);  // (r0 k0-3, r0 k4-7, r1 k0-3, r1 k4-7)
-      s23 = vdotq_s32(s23, w23[c], a);
+// The 1-token (decode) tile of the +dotprod / +i8mm kernels: G (1 to 3)
+// groups of 4 rows x 1 token.  Each 8-byte activation chunk is loaded into
+// both halves of a register (LD1R), so SDOT against w01[c] = (r0 8 bytes,
+// r1 8 bytes) gives (r0 k0-3, r0 k4-7, r1 k0-3, r1 k4-7) partial sums; ADDP
+// folds them.  The groups share the activation registers and scale.
+template <Type WT>
+struct Tile1Sdot {
+  using P = X4<WT>;
+  // g[i] = group i's blocks; rows[i] = its rows to write (row0 + 4 i ...).
+  template <int G>
+  static void run(const typename P::Blk* const g0[G], int64_t nb, const uint8_t* a, float* y,
+                  int64_t row0, const int rows[G]) {
+    const typename P::Blk* g[G];
+    float32x4_t acc[G];
+    for (int i = 0; i < G; ++i) g[i] = g0[i], acc[i] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; ++b, a += P::kActBlock) {
+      LILIMS_MCA_LOOP("tile", 4 * G, 1);
+      const int8_t* q = reinterpret_cast<const int8_t*>(a + P::kActQ);
+      int8x16_t ac[4];
+      for (int c = 0; c < 4; ++c) {  // activation rows are only 2-byte aligned
+        int64_t v;
+        std::memcpy(&v, q + 8 * c, 8);
+        ac[c] = vreinterpretq_s8_s64(vdupq_n_s64(v));
+      }
+      const float da = f16_to_f32(a);
+      for (int i = 0; i < G; ++i) {
+        int8x16_t w01[4], w23[4];
+        Operands<WT>::load(g[i] + b, w01, w23);
+        int32x4_t s01 = vdupq_n_s32(0), s23 = vdupq_n_s32(0);
+        for (int c = 0; c < 4; ++c) {
+          s01 = vdotq_s32(s01, w01[c], ac[c]);
+          s23 = vdotq_s32(s23, w23[c], ac[c]);
+        }
+        const float32x4_t sum = to_f32<Operands<WT>::kShift>(vpaddq_s32(s01, s23));
+        // FMLA by element: the by-vector form is the slower one on Apple cores.
+        acc[i] = vfmaq_n_f32(acc[i], vmulq_f32(sum, f16x4(g[i][b].d)), da);
+        if constexpr (P::kHasMin) acc[i] = vfmaq_n_f32(acc[i], f16x4(g[i][b].m), f16_to_f32(a + 2));
+      }
     }
-    return vpaddq_s32(s01, s23);  // (r0, r1, r2, r3)
+    for (int i = 0; i < G; ++i) {
+      float v[4];
+      vst1q_f32(v, acc[i]);
+      for (int r = 0; r < rows[i]; ++r) y[row0 + 4 * i + r] = v[r];
+    }
   }
 };
 #endif
@@ -168,7 +261,7 @@ inline void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, si
   float32x4_t acc[T];
   for (int t = 0; t < T; ++t) acc[t] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    LILIMS_MCA_BEGIN("tile", T);
+    LILIMS_MCA_LOOP("tile", 4, T);
     const uint8_t* ab = x + b * P::kActBlock;
     int8x16_t w01[4], w23[4];
     P::unpack(g + b, w01, w23);
@@ -182,7 +275,6 @@ inline void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, si
       acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(isum), vmulq_n_f32(dw, da[t]));
       if constexpr (P::kHasMin) acc[t] = vfmaq_n_f32(acc[t], f16x4(g[b].m), sa[t]);
     }
-    LILIMS_MCA_END();
   }
   for (int t = 0; t < T; ++t) {
     float v[4];

@@ -36,7 +36,11 @@ struct Shape {
 const Shape kShapes[] = {
     {1, 32, 1},   {3, 32, 2},    {4, 64, 3},    {5, 96, 7},    {13, 160, 1},  {7, 1056, 2},
     {9, 8192, 1}, {6, 8192, 3},  {67, 256, 64}, {17, 288, 65}, {10, 64, 512}, {4, 32, 4},
-    {8, 2048, 5}, {2, 4096, 7}};
+    {8, 2048, 5}, {2, 4096, 7},
+    // Token passes of 16, 8 and < 4 over K in several chunks (the NEON
+    // multi-token driver interleaves 1024 elements of K at a time and adds
+    // later chunks into Y); 11 rows: 3 groups, the last partial.
+    {11, 2080, 27}, {12, 1056, 16}};
 
 uint64_t case_seed(const Shape& s, int salt) {
   return test::base_seed() ^ (uint64_t)(s.rows * 1000003 + s.K * 1009 + s.n * 31 + salt);
@@ -259,6 +263,38 @@ TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
           quant::block_from_x4(t, p.data(), K, r, b, blk.data());
           ASSERT_EQ(0, std::memcmp(blk.data(), g.data() + (r * (K / 32) + b) * bb, bb))
               << quant::type_traits((uint32_t)t)->name << " row " << r << " block " << b;
+        }
+      }
+    }
+  }
+}
+
+// The x4 Q4_0 bytes are GGUF's, XOR quant::kQ4_0X4Xor (0x88 on aarch64,
+// where the NEON kernels unpack q - 8 with a shift; 0 elsewhere), and the
+// other types' bytes are GGUF's as they are.
+TEST(matmul_repack, Q4_0BytesAreXoredAsDeclared) {
+#if defined(__aarch64__)
+  EXPECT_EQ(quant::kQ4_0X4Xor, 0x88);
+#else
+  EXPECT_EQ(quant::kQ4_0X4Xor, 0x00);
+#endif
+  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+    const int64_t rows = 4, K = 64;
+    std::mt19937_64 rng(test::base_seed() + 31);
+    const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
+    std::vector<uint8_t> p(quant::repacked_bytes_x4(t, rows, K));
+    quant::repack_x4(t, g.data(), rows, K, p.data());
+    const size_t bb = test::block_bytes(t), sb = quant::traits(t).scale_bytes;
+    const uint8_t x = t == Type::Q4_0 ? quant::kQ4_0X4Xor : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < K / 32; ++b) {
+        const uint8_t* src = g.data() + (r * (K / 32) + b) * bb + sb;
+        const uint8_t* qs = p.data() + b * 4 * bb + 4 * sb;  // one group
+        for (size_t i = 0; i < bb - sb; ++i) {
+          // byte i of row r: chunk i / 8 at qs[(chunk * 4 + r) * 8 + i % 8]
+          ASSERT_EQ(qs[(i / 8 * 4 + r) * 8 + i % 8], (uint8_t)(src[i] ^ x))
+              << quant::type_traits((uint32_t)t)->name << " row " << r << " block " << b
+              << " byte " << i;
         }
       }
     }
