@@ -79,16 +79,8 @@ check_inst() {
   fi
 }
 
-# llvm-mca cycles per iteration of region $1 on cpu $2; llvm-mca's diagnostics
-# go to stderr, and any error stops the script.
-mca_cycles() {
-  local out err rc
-  out=$("$mca" -mtriple=aarch64 -mcpu="$2" -mattr=+dotprod,+i8mm -iterations=100 "$1" 2> "$tmp/mca.err") && rc=0 || rc=$?
-  err=$(cat "$tmp/mca.err")
-  if [ -n "$err" ]; then echo "llvm-mca ($2, $1):" >&2; head -n 40 <<< "$err" >&2; fi
-  if [ $rc -ne 0 ] || grep -q 'error' <<< "$err"; then echo "llvm-mca failed on $1" >&2; exit 1; fi
-  awk '/^Total Cycles:/ { print $3 / 100 }' <<< "$out"
-}
+# shellcheck source=bench/mca_common.sh
+source "$root/bench/mca_common.sh"
 
 printf "| build | function | loop (dot) | blocks/iter | apple-a14 cyc/iter | a14 cyc/block | cortex-a76 cyc/iter | a76 cyc/block |\n"
 printf "|---|---|---|---|---|---|---|---|\n"

@@ -29,16 +29,8 @@ declare -A flags=(
   [matmul_gemm_x4_neon_dotprod]="-march=armv8.2-a+dotprod -fno-schedule-insns"
   [matmul_gemm_x4_neon_i8mm]="-march=armv8.2-a+dotprod+i8mm -fno-schedule-insns")
 
-# llvm-mca cycles per iteration of region $1 on cpu $2; diagnostics to stderr,
-# any error stops the script.
-mca_cycles() {
-  local out err rc
-  out=$("$mca" -mtriple=aarch64 -mcpu="$2" -mattr=+dotprod,+i8mm -iterations=100 "$1" 2> "$tmp/mca.err") && rc=0 || rc=$?
-  err=$(cat "$tmp/mca.err")
-  if [ -n "$err" ]; then echo "llvm-mca ($2, $1):" >&2; head -n 40 <<< "$err" >&2; fi
-  if [ $rc -ne 0 ] || grep -q 'error' <<< "$err"; then echo "llvm-mca failed on $1" >&2; exit 1; fi
-  awk '/^Total Cycles:/ { print $3 / 100 }' <<< "$out"
-}
+# shellcheck source=bench/mca_common.sh
+source "$root/bench/mca_common.sh"
 
 printf "| variant | instance (function) | blocks/iter | apple-a14 cyc/iter | a14 cyc/block | cortex-a76 cyc/iter | a76 cyc/block |\n"
 printf "|---|---|---|---|---|---|---|\n"

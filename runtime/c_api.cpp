@@ -688,10 +688,8 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     if (out_stats && out_stats->struct_size < kStats010) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] stats.struct_size is not set");
     }
-    // Whether the caller's struct reaches a field appended later.
-    const auto has = [&](size_t end) { return params->struct_size >= end; };
-    const bool v020 = has(offsetof(lilims_generate_params, n_tools) + sizeof(size_t));
-    const bool loop_fields = has(offsetof(lilims_generate_params, reuse_prefix) + sizeof(int32_t));
+    const bool v020 = LILIMS_HAS_FIELD(params, lilims_generate_params, n_tools);
+    const bool loop_fields = LILIMS_HAS_FIELD(params, lilims_generate_params, reuse_prefix);
     const char* schema = v020 ? params->json_schema : nullptr;
     const size_t n_tools = v020 ? params->n_tools : 0;
     if (n_tools > 0 && !params->tools) return null_arg("generate", "tools");
@@ -767,11 +765,10 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       out_stats->prompt_seconds = r.prompt_seconds;
       out_stats->generate_seconds = r.generate_seconds;
       out_stats->stop_reason = (int32_t)r.stop;
-      if (out_stats->struct_size >= offsetof(lilims_generate_stats, mask_seconds) + sizeof(double)) {
+      if (LILIMS_HAS_FIELD(out_stats, lilims_generate_stats, mask_seconds)) {
         out_stats->mask_seconds = r.mask_seconds;
       }
-      if (out_stats->struct_size >=
-          offsetof(lilims_generate_stats, peak_resident_bytes) + sizeof(uint64_t)) {
+      if (LILIMS_HAS_FIELD(out_stats, lilims_generate_stats, peak_resident_bytes)) {
         out_stats->first_token_seconds = r.first_token_seconds;
         out_stats->prompt_tokens_per_second = r.prompt_tokens_per_second();
         out_stats->decode_tokens_per_second = r.decode_tokens_per_second();

@@ -63,6 +63,8 @@ class Model {
   const JsonClosers& json_closers() const { return *json_closers_; }
   // Compiled JSON schemas for this vocabulary (built on first use).
   SchemaCache& schema_cache() const;
+  // model_fingerprint (kv_state.h), hashed on first use.
+  uint64_t fingerprint() const;
 
  private:
   // Checks the budget against the parsed file, then reads the weights.
@@ -79,6 +81,8 @@ class Model {
   std::unique_ptr<JsonClosers> json_closers_;
   mutable std::once_flag schema_cache_once_;
   mutable std::unique_ptr<SchemaCache> schema_cache_;
+  mutable std::once_flag fingerprint_once_;
+  mutable uint64_t fingerprint_ = 0;
 };
 
 // Bytes a model takes once loaded, from its parsed file before any weight is

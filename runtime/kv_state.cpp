@@ -121,7 +121,7 @@ struct SessionShape {
 SessionShape shape_of(const Model& model, const graph::Executor& exec) {
   const models::HParams& hp = model.hparams();
   const graph::KvCache& kv = exec.kv_cache();
-  return SessionShape{model_fingerprint(model),
+  return SessionShape{model.fingerprint(),
                       rope_hash(model, exec.n_ctx()),
                       (uint32_t)hp.n_layer,
                       (uint32_t)hp.kv_dim(),
@@ -342,6 +342,11 @@ uint64_t model_fingerprint(const Model& model) {
     }
   }
   return h.digest();
+}
+
+uint64_t Model::fingerprint() const {
+  std::call_once(fingerprint_once_, [&] { fingerprint_ = model_fingerprint(*this); });
+  return fingerprint_;
 }
 
 uint64_t Session::state_size() {

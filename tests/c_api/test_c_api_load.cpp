@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_ptr.h"
 #include "lilims/lilims.h"
 #include "test_util.h"
 
@@ -55,14 +56,8 @@ struct Bundle {
   std::string path;
 };
 
-struct ModelFree {
-  void operator()(lilims_model* m) const { lilims_model_free(m); }
-};
-struct SessionFree {
-  void operator()(lilims_session* s) const { lilims_session_free(s); }
-};
-using ModelPtr = std::unique_ptr<lilims_model, ModelFree>;
-using SessionPtr = std::unique_ptr<lilims_session, SessionFree>;
+using lilims::test::ModelPtr;
+using lilims::test::SessionPtr;
 
 // The logits after a short prompt, or empty (with a test failure) when a step fails.
 std::vector<float> logits_of(lilims_model* m) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_ptr.h"
 #include "lilims/lilims.h"
 #include "test_util.h"
 
@@ -13,14 +14,8 @@ namespace {
 
 std::string stories_path() { return lilims::test::shared_data("stories260K/stories260K.gguf"); }
 
-struct ModelFree {
-  void operator()(lilims_model* m) const { lilims_model_free(m); }
-};
-struct SessionFree {
-  void operator()(lilims_session* s) const { lilims_session_free(s); }
-};
-using ModelPtr = std::unique_ptr<lilims_model, ModelFree>;
-using SessionPtr = std::unique_ptr<lilims_session, SessionFree>;
+using lilims::test::ModelPtr;
+using lilims::test::SessionPtr;
 
 ModelPtr open(const std::string& path, int use_mmap = 1) {
   lilims_model_params mp = lilims_model_default_params();

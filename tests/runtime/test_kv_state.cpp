@@ -434,6 +434,9 @@ TEST(KvState, FingerprintSeesTheWeights) {
   read.use_mmap = false;
   EXPECT_EQ(runtime::model_fingerprint(*runtime::Model::open(stories_path(), read)),
             runtime::model_fingerprint(*a));
+  // The cached value (what save and load use) is the same hash.
+  EXPECT_EQ(a->fingerprint(), runtime::model_fingerprint(*a));
+  EXPECT_EQ(a->fingerprint(), a->fingerprint());
   std::string bytes = test::read_file(stories_path());
   const gguf::TensorInfo* t = a->weights().file->find_tensor("blk.2.attn_v.weight");
   ASSERT_NE(t, nullptr);
