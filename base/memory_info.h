@@ -3,7 +3,9 @@
 // ActivityManager limits) changes this file only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace lilims {
 
@@ -17,5 +19,12 @@ uint64_t available_memory_bytes();
 // (Linux's VmHWM, getrusage's ru_maxrss): it never goes down, and covers
 // the whole process, the mapped model weights included.  0 when unknown.
 uint64_t peak_resident_bytes();
+
+// Bytes a std::string takes: the object, and its heap buffer once the text
+// outgrows the in-object buffer (15 characters in libstdc++ and libc++'s
+// 64-bit layouts, give or take; an estimate, not an allocator's figure).
+inline size_t string_bytes(const std::string& s) {
+  return sizeof(std::string) + (s.capacity() > 15 ? s.capacity() + 1 : 0);
+}
 
 }  // namespace lilims

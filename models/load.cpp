@@ -282,9 +282,7 @@ uint64_t Model::mapped_weight_bytes() const {
   };
   count(output);
   for (const Layer& L : layers) {
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      count(*w);
-    }
+    for (const Weight* w : L.weights()) count(*w);
   }
   return n;
 }
@@ -333,9 +331,7 @@ std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOp
   auto count = [&](const Weight& w) { m->repacked_bytes += w.packed.storage.size(); };
   count(m->output);
   for (const Layer& L : m->layers) {
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      count(*w);
-    }
+    for (const Weight* w : L.weights()) count(*w);
   }
   m->file = std::move(file);
   return m;

@@ -7,6 +7,7 @@
 // "(rows, cols)" maps cols inputs to rows outputs (GGUF ne = {cols, rows}).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +74,11 @@ struct Layer {
   Weight w_gate;  // (n_ff, n_embd)      llama2.c w1; absent for phi2, phi3
   Weight w_up;    // (n_ff, n_embd)      llama2.c w3; phi3: [gate; up] (2 n_ff, n_embd)
   Weight w_down;  // (n_embd, n_ff)      llama2.c w2
+
+  // Every projection, present or not.
+  std::array<const Weight*, 8> weights() const {
+    return {&wq, &wk, &wv, &wqkv, &wo, &w_gate, &w_up, &w_down};
+  }
 };
 
 struct Model {

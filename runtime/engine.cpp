@@ -68,7 +68,7 @@ graph::ModelMemory Model::memory(int32_t n_ctx) const {
   const uint64_t per_row = (row + page - 1) / page * page + (row % page ? page : 0);
   mm.embed_rows = std::min<uint64_t>(row * (uint64_t)e.rows, per_row * (uint64_t)n_ctx);
   mm.host = tokenizer_->memory_bytes();
-  for (const std::string& p : pieces_) mm.host += sizeof(std::string) + (p.capacity() > 15 ? p.capacity() + 1 : 0);
+  for (const std::string& p : pieces_) mm.host += string_bytes(p);
   return mm;
 }
 

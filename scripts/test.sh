@@ -31,13 +31,18 @@ else
   stage "Swift package: skipped, no swift on PATH"
 fi
 
+# Sanitizer builds at -O1 with line tables only: they compile in about 60% of
+# the time -O2 -g takes, and reports still name file and line.
+sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+
 if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
   stage "ASan + UBSan build and tests"
-  scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLILIMS_SANITIZE=address,undefined \
+  scripts/build.sh build-asan "${sanitizer_flags[@]}" -DLILIMS_SANITIZE=address,undefined \
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=ON -DLILIMS_WERROR=ON
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -j"$jobs" --output-on-failure --no-tests=error --timeout 1800 \
-      -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp|SchemaGenerate.SmolLM2|KvCommitModes.*SmolLM2|SmolLM2PlannedPeakMatchesMeasuredRss"
+      -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp|SchemaGenerate.SmolLM2|JsonGenerate.SmolLM2|KvCommitModes.*SmolLM2|SmolLM2PlannedPeakMatchesMeasuredRss"
   # left out above: slow numerics and generation sweeps on SmolLM2 that the
   # release run covers (their code paths run here on the small models), and
   # the planned-vs-measured RSS test (ASan's shadow memory is not the plan's)
@@ -46,7 +51,7 @@ fi
 if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   stage "ThreadSanitizer: thread pool, KV commits, runtime, C API"
   LILIMS_TARGETS="test_graph test_runtime test_c_api test_c_api_contracts" \
-    scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLILIMS_SANITIZE=thread \
+    scripts/build.sh build-tsan "${sanitizer_flags[@]}" -DLILIMS_SANITIZE=thread \
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_WERROR=ON
   # Every test of the pool, of the KV cache's sync/async commits and of the C
   # API's contracts (busy sessions, cancel from another thread); the

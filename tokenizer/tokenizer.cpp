@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/memory_info.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/unicode.h"
 
@@ -395,13 +396,10 @@ std::string StreamDecoder::drain(bool final) {
   return out;
 }
 
-static size_t string_heap_bytes(const std::string& s) {
-  return sizeof(std::string) + (s.capacity() > 15 ? s.capacity() + 1 : 0);
-}
 
 size_t Tokenizer::memory_bytes() const {
   size_t n = sizeof(*this);
-  for (const std::string& t : tokens_) n += string_heap_bytes(t);
+  for (const std::string& t : tokens_) n += string_bytes(t);
   n += scores_.capacity() * sizeof(float) + types_.capacity() + strip_.capacity() + eog_.capacity();
   n += index_.memory_bytes() + merge_index_.memory_bytes();
   // a node per merge (key, value, next pointer, cached hash) and the buckets

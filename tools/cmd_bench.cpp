@@ -159,9 +159,7 @@ uint64_t decode_weight_bytes(const models::Model& m) {
   };
   uint64_t b = bytes(m.output) + norm(m.output_norm);
   for (const models::Layer& l : m.layers) {
-    for (const models::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      b += bytes(*w);
-    }
+    for (const models::Weight* w : l.weights()) b += bytes(*w);
     b += norm(l.attn_norm) + norm(l.ffn_norm);
   }
   return b;
