@@ -139,6 +139,8 @@ class File {
   // The image is lilims' own copy on the heap (read, not mapped or borrowed).
   bool image_on_heap() const { return !owned_.empty(); }
   const std::string& path() const { return path_; }
+  // The whole image, file_size() bytes.
+  const uint8_t* image() const { return base_; }
   // Offset of the data section (tensor offsets are relative to it).
   uint64_t data_offset() const { return data_offset_; }
 

@@ -12,6 +12,7 @@
 #include "kernels/cpu.h"
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
+#include "runtime/manifest.h"
 #include "runtime/tools.h"
 #include "tokenizer/chat.h"
 
@@ -113,6 +114,11 @@ lilims_status model_options(const lilims_model_params* params,
   }
   if (LILIMS_HAS_FIELD(params, lilims_model_params, memory_budget)) {
     opt.memory_budget = params->memory_budget;
+  }
+  if (LILIMS_HAS_FIELD(params, lilims_model_params, manifest_check_file_hash) &&
+      params->manifest_path) {
+    opt.manifest_path = params->manifest_path;
+    opt.manifest_file_hash = params->manifest_check_file_hash != 0;
   }
   return LILIMS_OK;
 }
@@ -233,6 +239,19 @@ int lilims_abi_version(void) { return LILIMS_ABI_VERSION; }
 void lilims_set_log_callback(lilims_log_callback callback, void* user_data,
                              lilims_log_level min_level) {
   lilims::set_log_callback(callback, user_data, min_level);
+}
+
+lilims_status lilims_model_check_manifest(const lilims_model* model, const char* manifest_path,
+                                          int32_t check_file_hash) {
+  if (!model) return null_arg("model_check_manifest", "model");
+  if (!manifest_path) return null_arg("model_check_manifest", "manifest_path");
+  return guarded([&] {
+    lilims::runtime::ManifestCheck check;
+    check.file_hash = check_file_hash != 0;
+    lilims::runtime::check_manifest(*model->impl->weights().file,
+                                    lilims::runtime::read_manifest_file(manifest_path), check);
+    return LILIMS_OK;
+  });
 }
 
 lilims_model_params lilims_model_default_params(void) {

@@ -27,6 +27,10 @@ struct ModelOptions {
   // Bytes the model may take (model_memory_estimate); 0: what the machine
   // has available.  Checked before the weights are read or allocated.
   uint64_t memory_budget = 0;
+  // A manifest (runtime/manifest.h) the file must match, checked before the
+  // weights are read; empty: none.  manifest_file_hash also hashes the file.
+  std::string manifest_path;
+  bool manifest_file_hash = false;
   // Called with the fraction of the load done: 0 first, then at least once
   // per tensor, nondecreasing, 1 last.  Returning true abandons the load
   // (LILIMS_ERR_CANCELLED) and frees everything.

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/memory_info.h"
 #include "runtime/engine.h"
+#include "runtime/manifest.h"
 #include "tokenizer/chat.h"
 
 namespace lilims::runtime {
@@ -112,6 +113,11 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Model
                                    bool borrowed) {
   check_model_memory(model_memory_estimate(*file, opt), borrowed ? file->file_size() : 0,
                      opt.memory_budget, "the model " + file->path());
+  if (!opt.manifest_path.empty()) {
+    ManifestCheck check;
+    check.file_hash = opt.manifest_file_hash;
+    check_manifest(*file, read_manifest_file(opt.manifest_path), check);
+  }
   auto m = std::unique_ptr<Model>(new Model());
   m->tokenizer_ = tok::Tokenizer::from_gguf(*file);
   if (const gguf::Value* v = file->find("tokenizer.chat_template")) {

@@ -2,7 +2,7 @@
 # Installs what building and testing lilims needs on Debian 12 (idempotent).
 # Needs root for apt-get (uses sudo when not root and sudo exists).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libxxhash-dev libeigen3-dev libopenblas-dev
+pkgs=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libxxhash-dev xxhash libeigen3-dev libopenblas-dev
       libgtest-dev libbenchmark-dev libsentencepiece-dev python3-pip
       g++-aarch64-linux-gnu qemu-user llvm)
 # libFuzzer (scripts/fuzz.sh) needs clang with its runtime: the Swift

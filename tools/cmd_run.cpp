@@ -64,6 +64,8 @@ void usage() {
       "  --chunk-layers K       transformer blocks per execution chunk (default 3)\n"
       "  --kv-commit MODE       new K/V rows reach the cache sync or async (default sync)\n"
       "  --no-mmap              read the model into memory instead of mapping it\n"
+      "  --manifest FILE        refuse the model unless it matches FILE (`lilims manifest`)\n"
+      "  --manifest-file-hash   with --manifest: also check the whole file's hash\n"
       "  -q, --quiet            no statistics on stderr\n"
       "  -v, --verbose          also time to first token, reused prompt tokens, context\n"
       "                         shifts and the process's peak resident memory on stderr\n",

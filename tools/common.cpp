@@ -48,6 +48,10 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
     else throw std::invalid_argument("--kv-commit expects sync or async");
   } else if (a == "--no-mmap") {
     use_mmap = false;
+  } else if (a == "--manifest") {
+    manifest_path = next();
+  } else if (a == "--manifest-file-hash") {
+    manifest_file_hash = true;
   } else {
     return false;
   }
@@ -84,6 +88,11 @@ std::unique_ptr<runtime::Model> open_model(const CommonArgs& args) {
   }
   runtime::ModelOptions o;
   o.use_mmap = args.use_mmap;
+  if (args.manifest_file_hash && args.manifest_path.empty()) {
+    throw std::invalid_argument("--manifest-file-hash needs --manifest FILE");
+  }
+  o.manifest_path = args.manifest_path;
+  o.manifest_file_hash = args.manifest_file_hash;
   return runtime::Model::open(path, o);
 }
 

@@ -27,9 +27,11 @@ struct CommonArgs {
   bool ctx_beyond_train = false;
   int chunk_layers = runtime::SessionOptions().chunk_layers;
   graph::KvCommit kv_commit = runtime::SessionOptions().kv_commit;
+  std::string manifest_path;  // --manifest FILE: the model must match it
+  bool manifest_file_hash = false;
 
   // Consumes -m/-t/-c/--ctx-beyond-train/--exec/--kv-type/--chunk-layers/
-  // --kv-commit/--no-mmap; `next`
+  // --kv-commit/--no-mmap/--manifest/--manifest-file-hash; `next`
   // returns the option's value.
   bool parse(const std::string& arg, const std::function<const char*()>& next);
   runtime::SessionOptions session_options() const;

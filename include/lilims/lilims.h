@@ -107,6 +107,14 @@ typedef struct lilims_model_params {
    * repacked copies of quantized weights when use_mmap is 0, plus a bound on
    * the tokenizer's structures. */
   uint64_t memory_budget;
+  /* A manifest the model must match (written by `lilims manifest`), or NULL.
+   * Checked before the weights are read: every tensor's XXH3-128, and the
+   * whole file's when manifest_check_file_hash is nonzero.  A model that
+   * differs is LILIMS_ERR_BAD_FORMAT naming what differs; one that needs a
+   * newer lilims is LILIMS_ERR_UNSUPPORTED; an unreadable manifest is
+   * LILIMS_ERR_IO. */
+  const char *manifest_path;
+  int32_t manifest_check_file_hash;
 } lilims_model_params;
 
 lilims_model_params lilims_model_default_params(void);
@@ -131,6 +139,11 @@ lilims_status lilims_model_open_memory(const void *data, size_t size,
  * LILIMS_ERR_BAD_FORMAT ("[gguf] truncated ..."). */
 lilims_status lilims_model_open_fd(int fd, uint64_t offset, uint64_t size,
                                    const lilims_model_params *params, lilims_model **out_model);
+/* Checks an open model against a manifest, as manifest_path does at open
+ * (the same errors).  Tensors the kernels repacked are read again from the
+ * file or image. */
+lilims_status lilims_model_check_manifest(const lilims_model *model, const char *manifest_path,
+                                          int32_t check_file_hash);
 /* Drops the app's reference to the model.  Sessions created from it keep
  * their own: the weights stay in memory until the model and every session
  * made from it are freed, so a session stays usable after lilims_model_free. */
