@@ -129,7 +129,7 @@ TEST(CliQuantize, Q8_0RunsAndBadTypeFails) {
   expect_failure(run({"quantize", stories_gguf(), bad}), "quantize", "TYPE");
   expect_failure(run({"quantize", stories_gguf(), bad, "Q8_0", "--method", "fancy"}), "quantize",
                  "fancy");
-  expect_failure(run({"quantize", write_q6k_model(), bad, "Q8_0"}), "quantize", "Q6_K");
+  expect_failure(run({"quantize", write_unreadable_type_model(), bad, "Q8_0"}), "quantize", "IQ2_XXS");
   expect_failure(run({"quantize", write_truncated(stories_gguf(), 5000, "cut.gguf"), bad, "Q8_0"}),
                  "quantize", "[gguf]");
   EXPECT_FALSE(file_exists(bad)) << "a failed quantize leaves no output file";
@@ -464,12 +464,12 @@ TEST(CliErrors, TruncatedModel) {
 
 TEST(CliErrors, UnsupportedTensorType) {
   REQUIRE_STORIES();
-  const std::string p = write_q6k_model();
-  expect_failure(run({"run", "-m", p, "-p", "hi", "-t", "1"}), "run", "Q6_K");
+  const std::string p = write_unreadable_type_model();
+  expect_failure(run({"run", "-m", p, "-p", "hi", "-t", "1"}), "run", "IQ2_XXS");
   // The file itself is valid: inspect lists it and says it cannot read it.
   const Result i = run({"inspect", p});
   ASSERT_EQ(i.exit_code, 0) << i.describe();
-  EXPECT_NE(i.out.find("Q6_K"), std::string::npos);
+  EXPECT_NE(i.out.find("IQ2_XXS"), std::string::npos);
   EXPECT_NE(i.out.find("cannot read"), std::string::npos) << i.out;
 }
 
