@@ -135,8 +135,9 @@ class Reader {
     }
   }
 
-  // A weight in a type lilims only dequantizes: each row to floats, then to
-  // the kernel type its traits name (quant/dequant_ref.cpp says why that one).
+  // A weight in a type lilims only dequantizes: each row converted directly
+  // when its traits can, else to floats and then to the kernel type its
+  // traits name (quant/dequant_ref.cpp says why that one).
   // GGML's plain rounding: the error it adds is bounded (half a Q8_0 step)
   // and the load stays fast; `lilims quantize` offers the search.
   void requantize(const gguf::TensorInfo& t, Weight& w) {
@@ -156,6 +157,10 @@ class Reader {
     auto bytes = std::make_shared<std::vector<uint8_t>>(dst_row * (size_t)w.rows);
     std::vector<float> row((size_t)w.cols);
     for (int64_t r = 0; r < w.rows; ++r) {
+      if (src->transcode) {
+        src->transcode(t.data + (size_t)r * src_row, bytes->data() + (size_t)r * dst_row, w.cols);
+        continue;
+      }
       src->to_float(t.data + (size_t)r * src_row, row.data(), w.cols);
       quant::quantize_row(to, row.data(), bytes->data() + (size_t)r * dst_row, w.cols,
                           quant::QuantMethod::plain);

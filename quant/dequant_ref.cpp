@@ -195,24 +195,53 @@ void q6_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
-// load_as: Q8_0 for every block type.  Its rounding error (at most 1/254 of
-// each 32-block's largest magnitude) is far below that of any source format
-// here (4 to 6 bits), so re-quantizing barely moves the weights; a 4-bit
-// kernel type would add an error as large as the source's own.  BF16 has 8
+// load_as, by error first, then size.  Q4_K -> Q4_1: exact up to fp16
+// rounding of the scales (transcode_q4_k_to_q4_1), 5 bits per weight instead
+// of 4.5.  Everything else -> Q8_0 (8.5 bits): its rounding error (at most
+// 1/254 of each 32-block's largest magnitude) is far below that of the
+// source formats (3 to 6 bits), so re-quantizing barely moves the weights,
+// where a 4-bit kernel type would add an error as large as the source's own
+// (Q2_K/Q3_K/Q6_K sub-blocks of 16 have two scales per Q4_1 block; Q5_x,
+// IQ4_NL and Q6_K have more than 16 levels per block).  BF16 has 8
 // significant bits; Q8_0 keeps 7-8 per element relative to the block max.
 const DequantTraits kDequant[] = {
-    {6, "Q5_0", kBlock, sizeof(BlockQ5_0), q5_0_to_float, Type::Q8_0},
-    {7, "Q5_1", kBlock, sizeof(BlockQ5_1), q5_1_to_float, Type::Q8_0},
-    {10, "Q2_K", kBlockK, sizeof(BlockQ2_K), q2_k_to_float, Type::Q8_0},
-    {11, "Q3_K", kBlockK, sizeof(BlockQ3_K), q3_k_to_float, Type::Q8_0},
-    {12, "Q4_K", kBlockK, sizeof(BlockQ4_K), q4_k_to_float, Type::Q8_0},
-    {13, "Q5_K", kBlockK, sizeof(BlockQ5_K), q5_k_to_float, Type::Q8_0},
-    {14, "Q6_K", kBlockK, sizeof(BlockQ6_K), q6_k_to_float, Type::Q8_0},
-    {20, "IQ4_NL", kBlock, sizeof(BlockIQ4_NL), iq4_nl_to_float, Type::Q8_0},
-    {30, "BF16", 1, 2, bf16_to_float, Type::Q8_0},
+    {6, "Q5_0", kBlock, sizeof(BlockQ5_0), q5_0_to_float, Type::Q8_0, nullptr},
+    {7, "Q5_1", kBlock, sizeof(BlockQ5_1), q5_1_to_float, Type::Q8_0, nullptr},
+    {10, "Q2_K", kBlockK, sizeof(BlockQ2_K), q2_k_to_float, Type::Q8_0, nullptr},
+    {11, "Q3_K", kBlockK, sizeof(BlockQ3_K), q3_k_to_float, Type::Q8_0, nullptr},
+    {12, "Q4_K", kBlockK, sizeof(BlockQ4_K), q4_k_to_float, Type::Q4_1, transcode_q4_k_to_q4_1},
+    {13, "Q5_K", kBlockK, sizeof(BlockQ5_K), q5_k_to_float, Type::Q8_0, nullptr},
+    {14, "Q6_K", kBlockK, sizeof(BlockQ6_K), q6_k_to_float, Type::Q8_0, nullptr},
+    {20, "IQ4_NL", kBlock, sizeof(BlockIQ4_NL), iq4_nl_to_float, Type::Q8_0, nullptr},
+    {30, "BF16", 1, 2, bf16_to_float, Type::Q8_0, nullptr},
 };
 
 }  // namespace
+
+void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n) {
+  const BlockQ4_K* b = static_cast<const BlockQ4_K*>(src);
+  BlockQ4_1* out = static_cast<BlockQ4_1*>(dst);
+  for (int64_t i = 0; i < n / kBlockK; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    const float dmin = fp16_to_fp32(b[i].dmin);
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const uint8_t* q = b[i].qs + 32 * chunk;
+      for (int part = 0; part < 2; ++part) {
+        int sc, m;
+        k_scale_min(b[i].scales, 2 * chunk + part, &sc, &m);
+        BlockQ4_1& o = *out++;
+        o.d = fp32_to_fp16(d * (float)sc);
+        o.m = fp32_to_fp16(-(dmin * (float)m));
+        // Q4_K keeps sub-block element l in byte l (this part's nibble);
+        // Q4_1 keeps elements j and j + 16 in byte j's low and high nibbles.
+        for (int j = 0; j < kBlock / 2; ++j) {
+          const int lo = (q[j] >> (4 * part)) & 0x0f, hi = (q[j + 16] >> (4 * part)) & 0x0f;
+          o.qs[j] = (uint8_t)(lo | hi << 4);
+        }
+      }
+    }
+  }
+}
 
 const DequantTraits* dequant_traits(uint32_t ggml_type) {
   for (const DequantTraits& t : kDequant) {

@@ -106,7 +106,15 @@ struct DequantTraits {
   void (*to_float)(const void* src, float* dst, int64_t n);  // n: a multiple of block_size
   // The kernel type its weights are re-quantized to at load (see dequant_ref.cpp).
   Type load_as;
+  // When set, converts n elements straight to load_as, with less error than
+  // dequantizing and quantizing again; else the load goes through floats.
+  void (*transcode)(const void* src, void* dst, int64_t n);
 };
+
+// Q4_K -> Q4_1, sub-block by sub-block: a Q4_K sub-block of 32 is
+// (d * scale) * q - (dmin * min) with q in 0..15, a Q4_1 block exactly, with
+// its scale and min rounded to fp16 (relative error at most 2^-11 each).
+void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n);
 
 // The entry of a type lilims can only dequantize, or nullptr (for its kernel
 // types too: ask type_traits() for those).

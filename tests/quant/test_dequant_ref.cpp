@@ -8,6 +8,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fp16.h"
 #include "models/gguf.h"
 #include "quant/dequant_ref.h"
 #include "quant/quant.h"
@@ -111,6 +113,34 @@ TEST(DequantRef, TraitsMatchGgmlGeometry) {
   EXPECT_EQ(dequant_traits(2), nullptr);
   EXPECT_FALSE(readable_type(16, nullptr));  // IQ2_XXS
   EXPECT_TRUE(readable_type(2, nullptr));
+}
+
+// Q4_K -> Q4_1 on every Q4_K golden (random and Gemma's): each element is
+// (d * scale) * q - dmin * min, now with d * scale and dmin * min rounded to
+// fp16, so it moves by at most 2^-11 * (15 |d * scale| + |dmin * min|) (plus
+// 2^-25 * 16 where the fp16 result is subnormal) and one float rounding.
+TEST(DequantRef, Q4_KToQ4_1IsExactUpToFp16Scales) {
+  int n_blocks = 0;
+  for (const GoldenCase& c : read_goldens()) {
+    if (c.type != 12) continue;
+    SCOPED_TRACE(c.label);
+    const int64_t n = (int64_t)c.floats.size();
+    std::vector<BlockQ4_1> q41((size_t)n / kBlock);
+    transcode_q4_k_to_q4_1(c.blocks.data(), q41.data(), n);
+    std::vector<float> got((size_t)n);
+    traits(Type::Q4_1).to_float(q41.data(), got.data(), n);
+    for (size_t b = 0; b < q41.size(); ++b) {
+      const double scale = std::fabs(fp16_to_fp32(q41[b].d)), min = std::fabs(fp16_to_fp32(q41[b].m));
+      const double tol = 1.001 * 0x1p-11 * (15 * scale + min) + 16 * 0x1p-25;
+      for (int j = 0; j < kBlock; ++j) {
+        const size_t i = b * kBlock + (size_t)j;
+        ASSERT_LE(std::fabs((double)got[i] - c.floats[i]), tol + 0x1p-23 * std::fabs(c.floats[i]))
+            << "element " << i;
+      }
+      ++n_blocks;
+    }
+  }
+  EXPECT_GE(n_blocks, 16);
 }
 
 std::string gemma_path() {

@@ -7,9 +7,10 @@
 // its scales chosen so weights are ~0.1.  Two references from the same bytes:
 //  - the same model with every weight dequantized to F32: logits within
 //    kTolF32Ref (below);
-//  - that F32 model re-quantized to Q8_0 by `lilims quantize --method plain`:
-//    the load re-quantizes the same floats with the same rounding, so its
-//    logits must be equal, bit for bit.
+//  - what the load must make of it, built here: Q4_K weights transcoded to
+//    Q4_1, the others' floats quantized to Q8_0 with GGML's plain rounding
+//    (as `lilims quantize --method plain` does): the logits must be equal,
+//    bit for bit.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -19,6 +20,7 @@
 #include "models/gguf.h"
 #include "models/requantize.h"
 #include "quant/dequant_ref.h"
+#include "quant/quantize.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 
@@ -73,18 +75,19 @@ std::vector<uint8_t> random_tensor(const TypeRecipe& r, int64_t n, std::mt19937&
 }
 
 struct Files {
-  std::vector<uint8_t> kquant, f32, q8;
+  std::vector<uint8_t> kquant, f32, q8, loaded;
 };
 
 Files make_models(uint32_t seed) {
   const std::string tiny = test::read_file(test::source_path("tests/data/tiny/llama.gguf"));
   auto src = gguf::File::from_bytes(tiny.data(), tiny.size());
-  gguf::Writer kq, f32;
+  gguf::Writer kq, f32, loaded;
   for (const gguf::KeyValue& kv : src->metadata()) {
     kq.add(kv.key, kv.value);
     f32.add(kv.key, kv.value);
+    loaded.add(kv.key, kv.value);
   }
-  for (gguf::Writer* w : {&kq, &f32}) {
+  for (gguf::Writer* w : {&kq, &f32, &loaded}) {
     w->add_u32("llama.embedding_length", kEmbd);
     w->add_u32("llama.feed_forward_length", kFf);
     w->add_u32("llama.block_count", 1);
@@ -109,17 +112,25 @@ Files make_models(uint32_t seed) {
     std::vector<float> floats((size_t)n);
     quant::dequant_traits(r.type)->to_float(blocks.data(), floats.data(), n);
     f32.add_tensor(w.name, {w.cols, w.rows}, 0, floats.data(), floats.size() * 4);
+    const quant::DequantTraits* dq = quant::dequant_traits(r.type);
+    std::vector<uint8_t> as_loaded(quant::row_bytes(dq->load_as, (int64_t)w.cols) * w.rows);
+    if (dq->transcode) {
+      dq->transcode(blocks.data(), as_loaded.data(), n);
+    } else {
+      quant::quantize_row(dq->load_as, floats.data(), as_loaded.data(), n, quant::QuantMethod::plain);
+    }
+    loaded.add_tensor(w.name, {w.cols, w.rows}, (uint32_t)dq->load_as, as_loaded.data(), as_loaded.size());
   }
   std::uniform_real_distribution<float> u(0.5f, 1.5f);
   for (const char* norm : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"}) {
     std::vector<float> v(kEmbd);
     for (float& x : v) x = u(rng);
-    kq.add_tensor(norm, {(uint64_t)kEmbd}, 0, v.data(), v.size() * 4);
-    f32.add_tensor(norm, {(uint64_t)kEmbd}, 0, v.data(), v.size() * 4);
+    for (gguf::Writer* w : {&kq, &f32, &loaded}) w->add_tensor(norm, {(uint64_t)kEmbd}, 0, v.data(), v.size() * 4);
   }
   Files out;
   out.kquant = kq.to_bytes();
   out.f32 = f32.to_bytes();
+  out.loaded = loaded.to_bytes();
   auto f = gguf::File::from_bytes(out.f32.data(), out.f32.size());
   gguf::RequantizeOptions ro;
   ro.method = quant::QuantMethod::plain;
@@ -139,7 +150,7 @@ std::vector<float> logits(const runtime::Model& m, const std::vector<int32_t>& i
 
 const std::vector<int32_t> kPrompt = {1, 17, 300, 42, 7, 511, 99, 256};
 
-TEST(RequantizedLoad, LogitsEqualQ8_0OfTheDequantizedWeights) {
+TEST(RequantizedLoad, LogitsEqualWhatTheLoadMustMake) {
   const uint32_t seed = 13;
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Files f = make_models(seed);
@@ -147,7 +158,7 @@ TEST(RequantizedLoad, LogitsEqualQ8_0OfTheDequantizedWeights) {
     runtime::ModelOptions mo;
     mo.repack = repack;
     auto kq = runtime::Model::open_memory(f.kquant.data(), f.kquant.size(), mo);
-    auto q8 = runtime::Model::open_memory(f.q8.data(), f.q8.size(), mo);
+    auto q8 = runtime::Model::open_memory(f.loaded.data(), f.loaded.size(), mo);
     const std::vector<float> a = logits(*kq, kPrompt), b = logits(*q8, kPrompt);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
@@ -156,7 +167,8 @@ TEST(RequantizedLoad, LogitsEqualQ8_0OfTheDequantizedWeights) {
   }
 }
 
-// The Q8_0 rounding of weights and activations against exact F32 weights:
+// The Q8_0 rounding of weights and activations against exact F32 weights
+// (the Q4_K embedding, transcoded to Q4_1, is off by 2^-11 relative at most):
 // each Q8_0 value is off by at most half a step, 1/254 of its block's
 // largest magnitude, so a dot product moves by at most 2/254 of
 // sum |w| |x| (both operands rounded).  Through one layer and the head, with
@@ -198,13 +210,16 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
   set_log_callback(nullptr, nullptr, LILIMS_LOG_WARN);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("[model] re-quantized 9 tensors"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("Q4_K -> Q8_0"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("1 Q4_K -> Q4_1"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("1 Q6_K -> Q8_0"), std::string::npos) << lines[0];
 
-  // All nine weights are heap copies in Q8_0 (34 bytes per 32 weights).
+  // All nine weights are heap copies: the Q4_K embedding in Q4_1 (20 bytes
+  // per 32 weights), the rest in Q8_0 (34).
   const uint64_t n_weights = 2ull * 512 * kEmbd + 2ull * kEmbd * kEmbd + 2ull * kEmbd * 128 +
                              3ull * kEmbd * kFf;
   const graph::ModelMemory mm = kq->memory(32);
-  EXPECT_EQ(mm.weights_heap, n_weights / 32 * 34);
+  const uint64_t n_embd_weights = 512ull * kEmbd;
+  EXPECT_EQ(mm.weights_heap, (n_weights - n_embd_weights) / 32 * 34 + n_embd_weights / 32 * 20);
   EXPECT_EQ(mm.weights_mapped, 0u);
   EXPECT_EQ(mm.embed_rows, 0u);
   auto file = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
@@ -214,7 +229,7 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
   auto packed = runtime::Model::open_memory(f.kquant.data(), f.kquant.size());
   const graph::ModelMemory pm = packed->memory(32);
   EXPECT_EQ(pm.weights_mapped, 0u);
-  EXPECT_GE(pm.weights_heap, mm.weights_heap - 512ull * kEmbd / 32 * 34);
+  EXPECT_GE(pm.weights_heap, mm.weights_heap - n_embd_weights / 32 * 20);
 }
 
 TEST(RequantizedLoad, QuantizeConvertsOnce) {
