@@ -56,7 +56,15 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const uint64_t dst_row = ne0 / dst->block_size * dst->block_bytes;
     row.resize(ne0);
     data.resize(rows * dst_row);
+    // Q4_K -> Q4_1 has an exact path (quant/dequant_ref.h); floats would
+    // round every element again.
+    const quant::DequantTraits* dq = quant::dequant_traits(t.type);
+    const bool transcode = dq && dq->transcode && dq->load_as == dst->type;
     for (uint64_t r = 0; r < rows; ++r) {
+      if (transcode) {
+        dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
+        continue;
+      }
       src.to_float(t.data + r * src_row, row.data(), static_cast<int64_t>(ne0));
       quant::quantize_row(dst->type, row.data(), data.data() + r * dst_row,
                           static_cast<int64_t>(ne0), opt.method);

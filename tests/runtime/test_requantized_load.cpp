@@ -232,6 +232,20 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
   EXPECT_GE(pm.weights_heap, mm.weights_heap - n_embd_weights / 32 * 20);
 }
 
+// `lilims quantize` to Q4_1 writes what the load makes of a Q4_K weight.
+TEST(RequantizedLoad, QuantizeQ4_KToQ4_1Transcodes) {
+  const Files f = make_models(3);
+  auto kq = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
+  const std::vector<uint8_t> out = gguf::requantize(*kq, quant::Type::Q4_1).to_bytes();
+  auto a = gguf::File::from_bytes(out.data(), out.size());
+  auto b = gguf::File::from_bytes(f.loaded.data(), f.loaded.size());
+  const gguf::TensorInfo& t = a->require_tensor("token_embd.weight");  // the Q4_K one
+  const gguf::TensorInfo& u = b->require_tensor("token_embd.weight");
+  ASSERT_EQ(t.type, (uint32_t)quant::Type::Q4_1);
+  ASSERT_EQ(t.n_bytes, u.n_bytes);
+  EXPECT_EQ(0, std::memcmp(t.data, u.data, t.n_bytes));
+}
+
 TEST(RequantizedLoad, QuantizeConvertsOnce) {
   const Files f = make_models(5);
   auto kq = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
