@@ -42,7 +42,7 @@ struct MemoryPlan {
   uint64_t logits = 0;         // the session's last-token logits
   // What the model brings (graph/ does not know models; the caller says):
   uint64_t weights_mapped = 0; // weight bytes the kernels read from the file mapping
-  uint64_t weights_heap = 0;   // repacked weight copies
+  uint64_t weights_heap = 0;   // repacked and re-quantized weight copies
   uint64_t embed_rows = 0;     // embedding rows a full context can touch (mapped pages)
   uint64_t model_host = 0;     // tokenizer, vocabulary and other host structures
   // What a session adds to a loaded model (everything but the weights).

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "quant/dequant_ref.h"
 #include "quant/quant.h"
 
 namespace lilims::gguf {
@@ -413,13 +414,14 @@ void File::parse() {
           ", which is not a GGML type");
     }
     ti.offset = c.read<uint64_t>("tensor offset");
-    if (const quant::TypeTraits* tr = quant::type_traits(ti.type)) {
-      const uint64_t bs = static_cast<uint64_t>(tr->block_size);
+    quant::ReadableType rt;
+    if (quant::readable_type(ti.type, &rt)) {
+      const uint64_t bs = static_cast<uint64_t>(rt.block_size);
       if (ti.ne[0] % bs != 0) {
         bad("tensor " + ti.name + ": row length " + std::to_string(ti.ne[0]) +
-            " is not a multiple of the " + tr->name + " block size " + std::to_string(bs));
+            " is not a multiple of the " + rt.name + " block size " + std::to_string(bs));
       }
-      if (__builtin_mul_overflow(n_el / bs, static_cast<uint64_t>(tr->block_bytes), &ti.n_bytes)) {
+      if (__builtin_mul_overflow(n_el / bs, static_cast<uint64_t>(rt.block_bytes), &ti.n_bytes)) {
         bad("tensor " + ti.name + ": byte size overflows");
       }
     }
@@ -452,7 +454,7 @@ void File::parse() {
           std::to_string(ti.n_bytes) + ") runs past the end of the data section (" +
           std::to_string(data_size) + " bytes)");
     }
-    if (quant::type_traits(ti.type)) ti.data = base_ + data_start + ti.offset;
+    if (quant::readable_type(ti.type, nullptr)) ti.data = base_ + data_start + ti.offset;
   }
 }
 
@@ -543,13 +545,13 @@ namespace {
 const TensorInfo& File::require_tensor(const std::string& name) const {
   const TensorInfo* t = find_tensor(name);
   if (!t) throw Error(LILIMS_ERR_MISSING, "[gguf] missing required tensor " + name);
-  if (!quant::type_traits(t->type)) unsupported_type(*t);
+  if (!quant::readable_type(t->type, nullptr)) unsupported_type(*t);
   return *t;
 }
 
 void File::require_readable_types() const {
   for (const TensorInfo& t : tensors_) {
-    if (!quant::type_traits(t.type)) unsupported_type(t);
+    if (!quant::readable_type(t.type, nullptr)) unsupported_type(t);
   }
 }
 
@@ -648,15 +650,16 @@ void Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& ne
   }
   if (ne.empty() || ne.size() > kMaxDims) invalid("needs 1 to 4 dimensions");
   if (type >= kGgmlTypeCount) invalid("type id " + std::to_string(type) + " is not a GGML type");
-  if (const quant::TypeTraits* tr = quant::type_traits(type)) {
+  quant::ReadableType tr;
+  if (quant::readable_type(type, &tr)) {
     uint64_t n = 1;
     for (uint64_t d : ne) {
       if (__builtin_mul_overflow(n, d, &n)) invalid("element count overflows");
     }
-    if (ne[0] % static_cast<uint64_t>(tr->block_size) != 0) {
+    if (ne[0] % static_cast<uint64_t>(tr.block_size) != 0) {
       invalid("row length is not a multiple of the block size");
     }
-    const uint64_t expect = n / static_cast<uint64_t>(tr->block_size) * tr->block_bytes;
+    const uint64_t expect = n / static_cast<uint64_t>(tr.block_size) * tr.block_bytes;
     if (expect != n_bytes) {
       invalid(std::to_string(n_bytes) + " bytes given, " + std::to_string(expect) + " expected");
     }

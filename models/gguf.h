@@ -87,7 +87,7 @@ struct KeyValue {
 struct TensorInfo {
   std::string name;
   std::vector<uint64_t> ne;  // dimensions, ne[0] the innermost (contiguous) one
-  uint32_t type = 0;         // GGML type id (see quant/quant.h)
+  uint32_t type = 0;         // GGML type id (see quant/quant.h, quant/dequant_ref.h)
   uint64_t offset = 0;       // from the start of the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;      // 0 for a type lilims cannot read (size unknown)
@@ -164,8 +164,8 @@ class File {
   bool get_bool_or(const std::string& key, bool fallback) const;
 
   // Throws LILIMS_ERR_MISSING for an absent tensor, LILIMS_ERR_UNSUPPORTED
-  // for a type lilims cannot read ("[gguf] tensor blk.0.ffn_down.weight has
-  // type Q6_K, which lilims does not support yet").
+  // for a type lilims can neither run nor dequantize ("[gguf] tensor
+  // blk.0.ffn_down.weight has type IQ2_XXS, which lilims does not support yet").
   const TensorInfo& require_tensor(const std::string& name) const;
   // Throws LILIMS_ERR_UNSUPPORTED naming the first tensor of an unreadable type.
   void require_readable_types() const;

@@ -1,10 +1,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "models/model.h"
+#include "quant/dequant_ref.h"
+#include "quant/quantize.h"
 
 namespace lilims::models {
 namespace {
@@ -52,12 +56,13 @@ class Reader {
       bad(LILIMS_ERR_BAD_FORMAT, "tensor " + name + " should be a vector of " + std::to_string(n) +
                                      " elements");
     }
-    if (t.type != (uint32_t)quant::Type::F32 && t.type != (uint32_t)quant::Type::F16) {
+    quant::ReadableType rt;
+    if (!quant::readable_type(t.type, &rt) || rt.block_size != 1) {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + name + " has type " + quant::ggml_type_name(t.type) +
-                                      "; norm weights, biases and rope factors must be F32 or F16");
+                                      "; norm weights, biases and rope factors must be F32, F16 or BF16");
     }
     std::vector<float> out((size_t)n);
-    quant::type_traits(t.type)->to_float(t.data, out.data(), n);
+    rt.to_float(t.data, out.data(), n);
     take(t);
     return out;
   }
@@ -72,6 +77,7 @@ class Reader {
     }
     Weight w;
     w.name = name;
+    w.file_type = t.type;
     w.type = static_cast<quant::Type>(t.type);
     w.rows = rows;
     w.cols = cols;
@@ -82,10 +88,21 @@ class Reader {
                                static_cast<const gguf::File*>(file)->drop_pages(p, n);
                              },
                              const_cast<gguf::File*>(&f_)};
+    if (!quant::type_traits(t.type)) {
+      requantize(t, w);
+      drop = {};  // the source is the heap copy, not the file
+    }
     w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack && repack_, drop);
+    if (w.requantized && !w.packed.storage.empty()) {
+      w.requantized.reset();  // the kernels read the repacked copy
+      w.data = nullptr;
+    }
     take(t);
     return w;
   }
+
+  // Tensors re-quantized so far, by source type, for the load's notice.
+  const std::map<std::string, int>& requantized() const { return requantized_; }
   // A weight "P.weight" with its bias "P.bias" (rows), which must exist.
   Weight biased(const std::string& prefix, int64_t rows, int64_t cols) {
     Weight w = weight(prefix + ".weight", rows, cols);
@@ -118,11 +135,50 @@ class Reader {
     }
   }
 
+  // A weight in a type lilims only dequantizes: each row converted directly
+  // when its traits can, else to floats and then to the kernel type its
+  // traits name (quant/dequant_ref.cpp says why that one).
+  // GGML's plain rounding: the error it adds is bounded (half a Q8_0 step)
+  // and the load stays fast; `lilims quantize` offers the search.
+  void requantize(const gguf::TensorInfo& t, Weight& w) {
+    const quant::DequantTraits* src = quant::dequant_traits(t.type);
+    if (!src) {
+      bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " has type " + quant::ggml_type_name(t.type) +
+                                      ", which lilims cannot read");
+    }
+    const quant::Type to = src->load_as;
+    const size_t src_row = (size_t)w.cols / (size_t)src->block_size * src->block_bytes;
+    const size_t dst_row = quant::row_bytes(to, w.cols);
+    if (w.cols % quant::traits(to).block_size != 0) {
+      bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " (" + src->name + ") has rows of " +
+                                      std::to_string(w.cols) + " elements, not whole " +
+                                      quant::traits(to).name + " blocks");
+    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(dst_row * (size_t)w.rows);
+    std::vector<float> row((size_t)w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      if (src->transcode) {
+        src->transcode(t.data + (size_t)r * src_row, bytes->data() + (size_t)r * dst_row, w.cols);
+        continue;
+      }
+      src->to_float(t.data + (size_t)r * src_row, row.data(), w.cols);
+      quant::quantize_row(to, row.data(), bytes->data() + (size_t)r * dst_row, w.cols,
+                          quant::QuantMethod::plain);
+    }
+    f_.drop_pages(t.data, t.n_bytes);
+    w.type = to;
+    w.data = bytes->data();
+    w.requantized = std::move(bytes);
+    // A tied output reads the embedding again: one tensor, counted once.
+    if (!taken_.count(t.name)) ++requantized_[std::string(src->name) + " -> " + quant::traits(to).name];
+  }
+
   const gguf::File& f_;
   std::string arch_;
   bool repack_;
   const std::function<void(float)>& progress_;
   std::set<std::string> taken_;
+  std::map<std::string, int> requantized_;
   uint64_t n_params_ = 0;
   uint64_t total_bytes_ = 0, done_bytes_ = 0;
 };
@@ -278,7 +334,9 @@ void dequantize_row(const Weight& w, int64_t row, float* out) {
 uint64_t Model::mapped_weight_bytes() const {
   uint64_t n = 0;
   auto count = [&](const Weight& w) {
-    if (w.present() && w.packed.storage.empty()) n += quant::row_bytes(w.type, w.cols) * w.rows;
+    if (w.present() && w.packed.storage.empty() && !w.requantized) {
+      n += quant::row_bytes(w.type, w.cols) * w.rows;
+    }
   };
   count(output);
   for (const Layer& L : layers) {
@@ -328,10 +386,27 @@ std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOp
   m->n_params = r.n_params();
   m->repack_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto count = [&](const Weight& w) { m->repacked_bytes += w.packed.storage.size(); };
+  auto count = [&](const Weight& w) {
+    m->repacked_bytes += w.packed.storage.size();
+    if (w.requantized) m->requantized_bytes += w.requantized->size();
+  };
+  count(m->tok_embd);
   count(m->output);
   for (const Layer& L : m->layers) {
     for (const Weight* w : L.weights()) count(*w);
+  }
+  if (!r.requantized().empty()) {
+    std::string what;
+    for (const auto& [conv, n] : r.requantized()) {
+      what += (what.empty() ? "" : ", ") + std::to_string(n) + " " + conv;
+      m->n_requantized += (size_t)n;
+    }
+    if (log_enabled(LILIMS_LOG_WARN)) {
+      log(LILIMS_LOG_WARN, "[model] re-quantized " + std::to_string(m->n_requantized) +
+                               " tensors lilims has no kernels for at load (" + what + "; " +
+                               std::to_string((m->requantized_bytes + (1u << 19)) >> 20) +
+                               " MiB kept on the heap); `lilims quantize` converts the file once");
+    }
   }
   m->file = std::move(file);
   return m;

@@ -50,8 +50,13 @@ struct Weight {
   std::string name;
   quant::Type type = quant::Type::F32;
   int64_t rows = 0, cols = 0;
-  const void* data = nullptr;   // GGUF bytes (into the mapping)
+  const void* data = nullptr;   // GGUF bytes (into the mapping, or into `requantized`)
   kernels::PackedWeight packed; // what the matmul kernels read (maybe repacked)
+  // A weight stored in a type lilims has no kernel for (Q4_K, Q5_0, BF16, ...
+  // quant/dequant_ref.h) is re-quantized at load to `type`; this holds those
+  // bytes while the kernels read them (released once repacked, data then null).
+  std::shared_ptr<const std::vector<uint8_t>> requantized;
+  uint32_t file_type = 0;       // the GGML type the file stores it in
   std::vector<float> bias;      // (rows) or empty
   bool present() const { return rows > 0; }
 };
@@ -93,11 +98,13 @@ struct Model {
   std::vector<float> rope_factors_short, rope_factors_long;
   uint64_t n_params = 0;
   size_t repacked_bytes = 0;      // extra memory the kernels' layouts take
+  size_t requantized_bytes = 0;   // re-quantized weights read as they are (not repacked)
+  size_t n_requantized = 0;       // tensors re-quantized at load
   double repack_seconds = 0.0;
   std::unique_ptr<gguf::File> file;  // owns the mapping every Weight points into
 
-  // Weight bytes the kernels read from the file mapping (not repacked),
-  // and the bytes of the repacked copies on the heap.
+  // Weight bytes the kernels read from the file mapping (neither repacked
+  // nor re-quantized).
   uint64_t mapped_weight_bytes() const;
 };
 

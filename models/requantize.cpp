@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 
 namespace lilims::gguf {
@@ -37,7 +38,8 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
   for (size_t k = 0; k < in.tensors().size(); ++k) {
     const TensorInfo& t = in.tensors()[k];
     if (opt.progress) opt.progress(k, in.tensors().size(), t);
-    const quant::TypeTraits* src = quant::type_traits(t.type);
+    quant::ReadableType src;
+    quant::readable_type(t.type, &src);  // require_readable_types() vouched for it
     const quant::TypeTraits* dst = nullptr;
     if (t.ne.size() == 2 && ends_with(t.name, ".weight") &&
         t.ne[0] % static_cast<uint64_t>(target->block_size) == 0) {
@@ -45,17 +47,25 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     } else if (t.ne.size() == 1) {
       dst = f32;
     }
-    if (!dst || dst == src || t.n_elements == 0) {
+    if (!dst || static_cast<uint32_t>(dst->type) == t.type || t.n_elements == 0) {
       out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
       continue;
     }
     const uint64_t ne0 = t.ne[0], rows = t.n_elements / ne0;
-    const uint64_t src_row = ne0 / src->block_size * src->block_bytes;
+    const uint64_t src_row = ne0 / src.block_size * src.block_bytes;
     const uint64_t dst_row = ne0 / dst->block_size * dst->block_bytes;
     row.resize(ne0);
     data.resize(rows * dst_row);
+    // Q4_K -> Q4_1 has an exact path (quant/dequant_ref.h); floats would
+    // round every element again.
+    const quant::DequantTraits* dq = quant::dequant_traits(t.type);
+    const bool transcode = dq && dq->transcode && dq->load_as == dst->type;
     for (uint64_t r = 0; r < rows; ++r) {
-      src->to_float(t.data + r * src_row, row.data(), static_cast<int64_t>(ne0));
+      if (transcode) {
+        dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
+        continue;
+      }
+      src.to_float(t.data + r * src_row, row.data(), static_cast<int64_t>(ne0));
       quant::quantize_row(dst->type, row.data(), data.data() + r * dst_row,
                           static_cast<int64_t>(ne0), opt.method);
     }

@@ -15,8 +15,11 @@ namespace lilims::gguf {
 // dequantized to float and quantized to `type`; 1-D tensors become F32;
 // anything else is copied.  All metadata is kept, general.file_type set
 // (F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7) and, for block types,
-// general.quantization_version = 2.  Throws LILIMS_ERR_UNSUPPORTED for a
-// source tensor lilims cannot read, LILIMS_ERR_INVALID_ARGUMENT for a target
+// general.quantization_version = 2.  Sources may be in any type lilims reads,
+// those it only dequantizes (Q4_K, Q5_0, BF16, ... quant/dequant_ref.h)
+// included; a 2-D weight whose rows do not split into the target's blocks
+// is copied as it is.  Throws LILIMS_ERR_UNSUPPORTED for a source tensor
+// lilims cannot read, LILIMS_ERR_INVALID_ARGUMENT for a target
 // type other than F32/F16/Q4_0/Q4_1/Q8_0.
 struct RequantizeOptions {
   quant::QuantMethod method = quant::QuantMethod::search;

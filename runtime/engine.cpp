@@ -60,13 +60,14 @@ std::string mib(uint64_t bytes) {
 graph::ModelMemory Model::memory(int32_t n_ctx) const {
   graph::ModelMemory mm;
   mm.weights_mapped = model_->mapped_weight_bytes();
-  mm.weights_heap = model_->repacked_bytes;
+  mm.weights_heap = model_->repacked_bytes + model_->requantized_bytes;
   // Each token's embedding row is read from the mapping: at most one page
-  // per row (two when a row straddles pages), for every position.
+  // per row (two when a row straddles pages), for every position.  A
+  // re-quantized embedding is on the heap, counted whole above.
   const models::Weight& e = model_->tok_embd;
   const uint64_t row = quant::row_bytes(e.type, e.cols), page = 4096;
   const uint64_t per_row = (row + page - 1) / page * page + (row % page ? page : 0);
-  mm.embed_rows = std::min<uint64_t>(row * (uint64_t)e.rows, per_row * (uint64_t)n_ctx);
+  mm.embed_rows = e.requantized ? 0 : std::min<uint64_t>(row * (uint64_t)e.rows, per_row * (uint64_t)n_ctx);
   mm.host = tokenizer_->memory_bytes();
   for (const std::string& p : pieces_) mm.host += string_bytes(p);
   return mm;

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/memory_info.h"
+#include "quant/dequant_ref.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
 #include "tokenizer/chat.h"
@@ -67,6 +68,16 @@ uint64_t model_memory_estimate(const gguf::File& file, const ModelOptions& opt) 
         need += t.n_bytes;
       }
     }
+  }
+  // A weight in a type lilims has no kernel for is re-quantized to a heap
+  // copy (models/load.cpp), kept or repacked: either way its bytes in the
+  // kernel type; a tied output head makes a second one from the embedding.
+  const bool tied_out = file.find_tensor("output.weight") == nullptr;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const quant::DequantTraits* dq = quant::dequant_traits(t.type);
+    if (!dq || t.ne.size() != 2) continue;
+    const uint64_t copy = quant::row_bytes(dq->load_as, (int64_t)t.ne[0]) * t.ne[1];
+    need += (tied_out && t.name == "token_embd.weight") ? 2 * copy : copy;
   }
   // The tokenizer keeps each token's text, score and type (what the metadata
   // holds) plus per-token strings, indexes and trie nodes: measured at under

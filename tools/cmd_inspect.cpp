@@ -3,10 +3,12 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 
 #include "kernels/cpu.h"
 #include "models/gguf.h"
+#include "quant/dequant_ref.h"
 #include "quant/quant.h"
 #include "tools/cli.h"
 #include "tools/common.h"
@@ -141,9 +143,14 @@ int inspect_file(const std::string& path, bool all) {
   for (const auto& t : f->tensors()) name_w = std::max(name_w, name_text(t.name).size());
   std::printf("  %-*s %-6s %-22s %14s %14s\n", static_cast<int>(name_w), "name", "type", "shape",
               "offset", "bytes");
-  uint64_t total_bytes = 0, total_el = 0, unreadable = 0;
+  uint64_t total_bytes = 0, total_el = 0, unreadable = 0, requantized = 0;
+  std::map<std::string, uint64_t> requantized_types;
   for (const auto& t : f->tensors()) {
-    const bool readable = lilims::quant::type_traits(t.type) != nullptr;
+    const bool readable = lilims::quant::readable_type(t.type, nullptr);
+    if (const lilims::quant::DequantTraits* dq = lilims::quant::dequant_traits(t.type)) {
+      ++requantized;
+      ++requantized_types[std::string(dq->name) + " -> " + lilims::quant::traits(dq->load_as).name];
+    }
     std::printf("  %-*s %-6s %-22s %14" PRIu64 " %14s\n", static_cast<int>(name_w),
                 name_text(t.name).c_str(), lilims::quant::ggml_type_name(t.type), shape_text(t.ne).c_str(),
                 t.offset, readable ? std::to_string(t.n_bytes).c_str() : "?");
@@ -155,6 +162,14 @@ int inspect_file(const std::string& path, bool all) {
               f->tensors().size(), total_el, total_bytes, total_bytes / 1048576.0);
   if (total_el && !unreadable) std::printf(", %.2f bits/parameter", 8.0 * total_bytes / total_el);
   std::printf("\n");
+  if (requantized) {
+    std::string what;
+    for (const auto& [conv, n] : requantized_types) {
+      what += (what.empty() ? "" : ", ") + std::to_string(n) + " " + conv;
+    }
+    std::printf("%" PRIu64 " tensor(s) of types lilims has no kernels for, re-quantized at load (%s)\n",
+                requantized, what.c_str());
+  }
   if (unreadable) {
     std::printf("%" PRIu64 " tensor(s) of types lilims cannot read yet (bytes not counted)\n",
                 unreadable);

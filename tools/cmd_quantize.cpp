@@ -19,7 +19,9 @@ const char kUsage[] =
     "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
     "                 line every 5 seconds)\n"
     "Every 2-D weight whose rows split into whole blocks is re-quantized (token_embd\n"
-    "included), 1-D tensors are stored as F32, other tensors and all metadata are kept.\n";
+    "included), 1-D tensors are stored as F32, other tensors and all metadata are kept.\n"
+    "IN may hold types lilims has no kernels for (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, BF16):\n"
+    "they are dequantized exactly first, so OUT loads without re-quantizing each time.\n";
 
 int cmd_quantize(int argc, char** argv) {
   using lilims::quant::Type;

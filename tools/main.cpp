@@ -18,8 +18,15 @@ static int usage(FILE* out) {
   return out == stdout ? 0 : 2;
 }
 
+// The library's warnings (a tensor re-quantized at load, a context lowered)
+// are diagnostics: stderr, never stdout.
+static void log_to_stderr(void*, lilims_log_level, const char* message) {
+  std::fprintf(stderr, "lilims: %s\n", message);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
+  lilims_set_log_callback(log_to_stderr, nullptr, LILIMS_LOG_WARN);
   const char* name = argv[1];
   if (!std::strcmp(name, "help") || !std::strcmp(name, "--help") || !std::strcmp(name, "-h")) {
     return usage(stdout);

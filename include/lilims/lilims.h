@@ -274,7 +274,7 @@ typedef struct lilims_memory_report {
   size_t struct_size;      /* sizeof(lilims_memory_report) */
   uint64_t weights_mapped; /* weights read in place from the file's mapping or the app's buffer,
                               as resident once every token has read them */
-  uint64_t weights_copied; /* weights on lilims' heap: repacked copies, the file when read */
+  uint64_t weights_copied; /* weights on lilims' heap: repacked and re-quantized copies, the file when read */
   uint64_t kv_resident;    /* KV cache pages written so far (reset gives them back) */
   uint64_t kv_full;        /* the KV cache once the context is full */
   uint64_t scratch;        /* activations, attention scratch, staging, logits */

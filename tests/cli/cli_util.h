@@ -221,12 +221,13 @@ inline std::string write_variant(
   return path;
 }
 
-// stories260K with blk.0.ffn_down.weight replaced by a Q6_K tensor (GGML
-// type 14, one 210-byte block of 256 elements): a valid file lilims cannot run.
-inline std::string write_q6k_model() {
-  return write_variant(stories_gguf(), "q6k.gguf", [](auto&, std::vector<EditableTensor>& ts) {
+// stories260K with blk.0.ffn_down.weight replaced by an IQ2_XXS tensor (GGML
+// type 16, one 66-byte block of 256 elements): a valid file lilims can neither
+// run nor dequantize.
+inline std::string write_unreadable_type_model() {
+  return write_variant(stories_gguf(), "iq2xxs.gguf", [](auto&, std::vector<EditableTensor>& ts) {
     for (auto& t : ts) {
-      if (t.name == "blk.0.ffn_down.weight") t = {t.name, {256}, 14u, std::vector<uint8_t>(210, 0x11)};
+      if (t.name == "blk.0.ffn_down.weight") t = {t.name, {256}, 16u, std::vector<uint8_t>(66, 0x11)};
     }
   });
 }

@@ -57,7 +57,7 @@ TEST(CliCApi, Truncated) {
 
 TEST(CliCApi, Unsupported) {
   LILIMS_REQUIRE_FILE(stories_gguf(), kStoriesFrom);
-  expect_open_fails(write_q6k_model(), LILIMS_ERR_UNSUPPORTED, "Q6_K");
+  expect_open_fails(write_unreadable_type_model(), LILIMS_ERR_UNSUPPORTED, "IQ2_XXS");
   expect_open_fails(write_unsupported_arch_model(), LILIMS_ERR_UNSUPPORTED, "mamba");
   // A tensor the architecture has no use for (a bias llama does not have)
   // is refused, not ignored: ignoring it would run a different model.

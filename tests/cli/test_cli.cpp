@@ -129,7 +129,7 @@ TEST(CliQuantize, Q8_0RunsAndBadTypeFails) {
   expect_failure(run({"quantize", stories_gguf(), bad}), "quantize", "TYPE");
   expect_failure(run({"quantize", stories_gguf(), bad, "Q8_0", "--method", "fancy"}), "quantize",
                  "fancy");
-  expect_failure(run({"quantize", write_q6k_model(), bad, "Q8_0"}), "quantize", "Q6_K");
+  expect_failure(run({"quantize", write_unreadable_type_model(), bad, "Q8_0"}), "quantize", "IQ2_XXS");
   expect_failure(run({"quantize", write_truncated(stories_gguf(), 5000, "cut.gguf"), bad, "Q8_0"}),
                  "quantize", "[gguf]");
   EXPECT_FALSE(file_exists(bad)) << "a failed quantize leaves no output file";
@@ -464,12 +464,12 @@ TEST(CliErrors, TruncatedModel) {
 
 TEST(CliErrors, UnsupportedTensorType) {
   REQUIRE_STORIES();
-  const std::string p = write_q6k_model();
-  expect_failure(run({"run", "-m", p, "-p", "hi", "-t", "1"}), "run", "Q6_K");
+  const std::string p = write_unreadable_type_model();
+  expect_failure(run({"run", "-m", p, "-p", "hi", "-t", "1"}), "run", "IQ2_XXS");
   // The file itself is valid: inspect lists it and says it cannot read it.
   const Result i = run({"inspect", p});
   ASSERT_EQ(i.exit_code, 0) << i.describe();
-  EXPECT_NE(i.out.find("Q6_K"), std::string::npos);
+  EXPECT_NE(i.out.find("IQ2_XXS"), std::string::npos);
   EXPECT_NE(i.out.find("cannot read"), std::string::npos) << i.out;
 }
 
@@ -535,5 +535,35 @@ TEST(CliErrors, InvalidUtf8PromptStories) {
   }
 }
 
+// A tensor in a type lilims has no kernel for (Q5_0 here) is re-quantized at
+// load: the run works, the one-line notice goes to stderr, never stdout.
+TEST(CliRequantized, RunInspectQuantizeAQ5_0Model) {
+  REQUIRE_STORIES();
+  const std::string p = write_variant(stories_gguf(), "q5_0.gguf", [](auto&, std::vector<EditableTensor>& ts) {
+    for (auto& t : ts) {
+      if (t.name != "blk.0.attn_q.weight") continue;
+      std::vector<uint8_t> b(64 * 2 * 22);  // 64 rows of two 22-byte Q5_0 blocks
+      for (size_t i = 0; i < b.size(); ++i) b[i] = (uint8_t)(i * 37 + 11);
+      for (size_t k = 0; k < b.size(); k += 22) b[k] = 0x1f, b[k + 1] = 0x20;  // d = fp16 0.0081
+      t = {t.name, {64, 64}, 6u, b};
+    }
+  });
+  const Result r = run({"run", "-m", p, "-p", "Once", "-n", "4", "-t", "1", "--temp", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("lilims: [model] re-quantized 1 tensors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 Q5_0 -> Q8_0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("re-quantized"), std::string::npos) << r.out;
+  const Result i = run({"inspect", p});
+  ASSERT_EQ(i.exit_code, 0) << i.describe();
+  EXPECT_NE(i.out.find("re-quantized at load (1 Q5_0 -> Q8_0)"), std::string::npos) << i.out;
+  const std::string q = tmp_path("from_q5_0.gguf");
+  const Result c = run({"quantize", p, q, "Q8_0", "--no-progress"});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+  const Result again = run({"run", "-m", q, "-p", "Once", "-n", "4", "-t", "1", "--temp", "0"});
+  ASSERT_EQ(again.exit_code, 0) << again.describe();
+  EXPECT_EQ(again.err.find("re-quantized"), std::string::npos) << again.err;
+}
+
 }  // namespace
 }  // namespace lilims::test::cli
+

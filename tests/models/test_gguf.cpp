@@ -481,19 +481,19 @@ TEST(GgufReader, Alignment) {
 TEST(GgufReader, UnsupportedTypeIsNamed) {
   Writer w;
   const std::vector<float> norm(256, 1.0f);
-  const Bytes q6k(210, 0x11);  // one Q6_K block: 256 elements
+  const Bytes iq2(66, 0x11);  // one IQ2_XXS block: 256 elements
   w.add_tensor("blk.0.attn_norm.weight", {256}, 0, norm.data(), norm.size() * 4);
-  w.add_tensor("blk.0.ffn_down.weight", {256}, 14, q6k.data(), q6k.size());
+  w.add_tensor("blk.0.ffn_down.weight", {256}, 16, iq2.data(), iq2.size());
   const Bytes b = w.to_bytes();
   auto f = File::from_bytes(b.data(), b.size());  // parses: the type is known to GGML
   const TensorInfo* t = f->find_tensor("blk.0.ffn_down.weight");
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->type, 14u);
+  EXPECT_EQ(t->type, 16u);
   EXPECT_EQ(t->data, nullptr);
   EXPECT_EQ(t->n_bytes, 0u);
   EXPECT_EQ(t->n_elements, 256u);
   const std::string msg =
-      "[gguf] tensor blk.0.ffn_down.weight has type Q6_K, which lilims does not support yet";
+      "[gguf] tensor blk.0.ffn_down.weight has type IQ2_XXS, which lilims does not support yet";
   for (int k = 0; k < 2; ++k) {
     try {
       if (k == 0) f->require_readable_types();

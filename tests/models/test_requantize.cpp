@@ -123,8 +123,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(RequantizeErrors, UnsupportedSourceAndTarget) {
   Writer w;
-  const std::vector<uint8_t> q6k(210, 0);
-  w.add_tensor("blk.0.ffn_down.weight", {256, 1}, 14, q6k.data(), q6k.size());
+  const std::vector<uint8_t> iq2(66, 0);  // IQ2_XXS: neither run nor dequantized
+  w.add_tensor("blk.0.ffn_down.weight", {256, 1}, 16, iq2.data(), iq2.size());
   const std::vector<uint8_t> b = w.to_bytes();
   auto f = File::from_bytes(b.data(), b.size());
   try {
@@ -132,7 +132,7 @@ TEST(RequantizeErrors, UnsupportedSourceAndTarget) {
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), LILIMS_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(e.what()).find("Q6_K"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos);
   }
   Writer empty;
   const std::vector<uint8_t> e = empty.to_bytes();

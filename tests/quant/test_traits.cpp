@@ -29,7 +29,7 @@ TEST(quant_traits, EveryTypeHasItsOwnEntry) {
     EXPECT_EQ(tr.weight ? &tr : nullptr, type_traits((uint32_t)t)) << tr.name;
   }
   EXPECT_EQ(nullptr, type_traits((uint32_t)Type::Q8_1));  // activations only
-  EXPECT_EQ(nullptr, type_traits(14));                      // Q6_K: not read
+  EXPECT_EQ(nullptr, type_traits(14));                      // Q6_K: dequantized, no kernel
 }
 
 TEST(quant_traits, BlockGeometryMatchesTheStructs) {

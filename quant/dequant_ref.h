@@ -1,0 +1,133 @@
+// Reference dequantizers for GGML types lilims has no kernels for: the
+// K-quants (Q2_K..Q6_K), Q5_0/Q5_1, IQ4_NL and BF16, as community GGUFs
+// ship them.  A model in one of these is dequantized and re-quantized to a
+// kernel type when it loads (models/load.cpp) or once by `lilims quantize`.
+//
+// Block layouts are GGML's byte for byte (each struct below has its size
+// asserted).  Every value is d * q (+ min) computed in float: the products of
+// an fp16 scale (11 significant bits) by the small integer scales and quants
+// are exact in float, so each element comes from at most one rounding (the
+// final product or the final add of the min) and equals the correctly rounded
+// exact value.  Any implementation doing float arithmetic agrees bit for bit
+// (tests/quant/test_dequant_ref.cpp checks gguf-py's output with 0 ulp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/quant.h"
+
+namespace lilims::quant {
+
+constexpr int kBlockK = 256;  // elements per K-quant super-block
+
+// Q5_0: d * (q - 16), q 5 bits: low nibbles as Q4_0, bit 4 of element j in bit j of qh.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];  // little-endian 32-bit mask
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
+
+// Q5_1: d * q + m, same bits as Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block is 24 bytes");
+
+// IQ4_NL: d * kIq4nlValues[nibble], nibbles ordered as Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block is 18 bytes");
+extern const int8_t kIq4nlValues[16];
+
+// Q2_K: 16 sub-blocks of 16; scales[i] = scale (low nibble) | min (high nibble);
+// element = d * scale * q - dmin * min, q 2 bits.
+struct BlockQ2_K {
+  uint8_t scales[kBlockK / 16];
+  uint8_t qs[kBlockK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block is 84 bytes");
+
+// Q3_K: 16 sub-blocks of 16 with signed 6-bit scales (12 bytes);
+// element = d * scale * (q - 4 * (hmask bit clear)), q 2 low bits + 1 high bit.
+struct BlockQ3_K {
+  uint8_t hmask[kBlockK / 8];
+  uint8_t qs[kBlockK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
+
+// Q4_K: 8 sub-blocks of 32, each a 6-bit scale and 6-bit min packed in 12
+// bytes; element = d * scale * q - dmin * min, q 4 bits.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kBlockK / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
+
+// Q5_K: Q4_K plus a fifth bit per element in qh.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kBlockK / 8];
+  uint8_t qs[kBlockK / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales; element = d * scale * (q - 32),
+// q = 4 low bits (ql) + 2 high bits (qh).
+struct BlockQ6_K {
+  uint8_t ql[kBlockK / 2];
+  uint8_t qh[kBlockK / 4];
+  int8_t scales[kBlockK / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
+
+// Geometry and scalar dequantizer of a GGML type lilims reads but has no
+// kernel for.
+struct DequantTraits {
+  uint32_t ggml_type;
+  const char* name;
+  int block_size;
+  size_t block_bytes;
+  void (*to_float)(const void* src, float* dst, int64_t n);  // n: a multiple of block_size
+  // The kernel type its weights are re-quantized to at load (see dequant_ref.cpp).
+  Type load_as;
+  // When set, converts n elements straight to load_as, with less error than
+  // dequantizing and quantizing again; else the load goes through floats.
+  void (*transcode)(const void* src, void* dst, int64_t n);
+};
+
+// Q4_K -> Q4_1, sub-block by sub-block: a Q4_K sub-block of 32 is
+// (d * scale) * q - (dmin * min) with q in 0..15, a Q4_1 block exactly, with
+// its scale and min rounded to fp16 (relative error at most 2^-11 each).
+void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n);
+
+// The entry of a type lilims can only dequantize, or nullptr (for its kernel
+// types too: ask type_traits() for those).
+const DequantTraits* dequant_traits(uint32_t ggml_type);
+
+// Geometry and to_float of any type lilims can read, kernel type or not.
+struct ReadableType {
+  const char* name;
+  int block_size;
+  size_t block_bytes;
+  void (*to_float)(const void* src, float* dst, int64_t n);
+};
+// false for a type lilims can neither run nor dequantize; out may be nullptr.
+bool readable_type(uint32_t ggml_type, ReadableType* out);
+
+}  // namespace lilims::quant
