@@ -36,6 +36,30 @@ std::unique_ptr<gguf::File> convert(const std::string& dir, quant::Type type = q
 
 std::string hf_dir(const std::string& arch) { return test::source_path("tests/data/hf/" + arch); }
 
+// A scratch copy of a tests/data/hf directory to break.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& arch) {
+    path_ = ::testing::TempDir() + "/lilims_hfconv_" + std::to_string(getpid()) + "_" + arch + "_" +
+            std::to_string(counter_++);
+    fs::remove_all(path_);
+    fs::copy(hf_dir(arch), path_, fs::copy_options::recursive);
+  }
+  ~ScratchDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
+  }
+  void write(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    std::ofstream(path_ + "/" + name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+};
+
 // Every metadata value of `want` under the architecture's prefix, in `got`.
 void expect_same_arch_keys(const gguf::File& got, const gguf::File& want, const std::string& arch) {
   for (const gguf::KeyValue& kv : want.metadata()) {
@@ -137,6 +161,46 @@ TEST(ConvertHfTokenizer, StripFlagsGgufCannotHold) {
   EXPECT_NE(notes[1].find("'<|im_end|>'"), std::string::npos) << notes[1];
 }
 
+// SentencePiece-style BPE (byte_fallback, Prepend normalizer) becomes a
+// "llama" vocabulary scored by merge rank; it tokenizes as the tokenizer.json
+// it came from (tokenizer/load_hf_json.cpp reads that directly).
+TEST(ConvertHfTokenizer, SentencePieceStyleBpe) {
+  const std::string text = R"({
+    "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+              "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "<0xC3>": 4, "<0xA9>": 5,
+                        "\u2581": 6, "a": 7, "b": 8, "ab": 9, "\u2581ab": 10},
+              "merges": ["a b", "\u2581 ab"]},
+    "added_tokens": [{"id": 0, "content": "<unk>", "special": true},
+                     {"id": 1, "content": "<s>", "special": true},
+                     {"id": 2, "content": "</s>", "special": true}],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "post_processor": {"type": "TemplateProcessing", "single": [
+        {"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}
+  })";
+  ScratchDir d("llama");
+  d.write("tokenizer.json", text);
+  d.write("tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})");
+  const auto f = convert(d.path());
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_TRUE(f->get_bool_or("tokenizer.ggml.add_space_prefix", false));
+  EXPECT_TRUE(f->get_bool_or("tokenizer.ggml.add_bos_token", false));
+  EXPECT_EQ(f->get_int("tokenizer.ggml.unknown_token_id"), 0);
+  EXPECT_EQ(f->get_int("tokenizer.ggml.eos_token_id"), 2);
+  const gguf::Value& types = *f->find("tokenizer.ggml.token_type");
+  ASSERT_EQ(types.size(), 512u);  // padded to config.json's vocab_size
+  EXPECT_EQ(types.at(3).i, 6);    // <0x0A>: byte
+  EXPECT_EQ(types.at(7).i, 1);
+  EXPECT_EQ(types.at(11).i, 5);   // [PAD11]: unused
+  const auto tok = tok::Tokenizer::from_gguf(*f);
+  const auto ref = tok::Tokenizer::from_hf_json(text);
+  for (const char* s : {"ab", "ab\n\xC3\xA9", "b a ab"}) {
+    EXPECT_EQ(tok->encode(s, true, false), ref->encode(s, true, false)) << s;
+  }
+  EXPECT_EQ(tok->encode("ab", true, false), (std::vector<int32_t>{1, 10}));
+}
+
 // --- hostile input ---------------------------------------------------------
 
 lilims_status status_of(const std::function<void()>& f, std::string* what = nullptr) {
@@ -201,30 +265,6 @@ TEST(ConvertHfErrors, CorruptSafetensorsHeaders) {
   EXPECT_EQ(parse_st(img, &what), LILIMS_ERR_BAD_FORMAT);
   EXPECT_NE(what.find("truncated"), std::string::npos) << what;
 }
-
-// A scratch copy of a tests/data/hf directory to break.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& arch) {
-    path_ = ::testing::TempDir() + "/lilims_hfconv_" + std::to_string(getpid()) + "_" + arch + "_" +
-            std::to_string(counter_++);
-    fs::remove_all(path_);
-    fs::copy(hf_dir(arch), path_, fs::copy_options::recursive);
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
-  }
-  void write(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
-
- private:
-  static inline int counter_ = 0;
-  std::string path_;
-};
 
 lilims_status convert_status(const std::string& dir, std::string* what) {
   return status_of([&] { convert_hf_dir(dir); }, what);
