@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face model directories of the tiny random llama, Phi-2 and Phi-3, for `lilims convert`.
 
-Rerun (from the repo root, after gen_tiny_models.py's requirements plus `tokenizers`):
+Rerun (from the repo root; pip install -r scripts/goldens/requirements-tiny-models.txt; ~10 s):
 
     python3 scripts/goldens/gen_hf_dirs.py     # writes tests/data/hf/{llama,phi2,phi3}/, goldens.json
 
