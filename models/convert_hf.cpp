@@ -146,12 +146,13 @@ const Arch& arch_of(const json& cfg) {
   unsupported("architecture " + cls + " is not supported (known: " + known + ")");
 }
 
-// A tensor on its way into the GGUF: F32 values, GGUF ne, and where it goes.
+// A tensor on its way into the GGUF: its name, where it goes, and either an
+// HF tensor (converted when it is written) or values made here.
 struct Pending {
   std::string name;
   int layer;  // -1 before the blocks, INT_MAX after
-  std::vector<uint64_t> ne;
-  std::vector<float> data;
+  const StTensor* hf = nullptr;
+  std::vector<float> values;  // when hf is null
 };
 
 // HF rows (i, i + d/2) of each head become GGUF rows (2i, 2i + 1).
@@ -270,6 +271,7 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   }
   out.add_string("general.name", name);
   out.add_u32("general.file_type", static_cast<uint32_t>(ftype));
+  out.add_u32("general.quantization_version", 2);  // as llama.cpp's gguf writer, whatever the type
   auto key = [&](const std::string& k) { return A + "." + k; };
   if (n_ctx > 0) out.add_u32(key("context_length"), static_cast<uint32_t>(n_ctx));
   out.add_u32(key("embedding_length"), static_cast<uint32_t>(n_embd));
@@ -304,7 +306,7 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
           bad(std::string("config.json ") + which + "_factor has " + std::to_string(f.size()) +
               " values, expected rope dimensions / 2 = " + std::to_string(n_rot / 2));
         }
-        pending.push_back({std::string("rope_factors_") + which + ".weight", -1, {f.size()}, std::move(f)});
+        pending.push_back({std::string("rope_factors_") + which + ".weight", -1, nullptr, std::move(f)});
       }
     }
   }
@@ -319,23 +321,10 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   if (notes) notes->insert(notes->end(), tok_notes.begin(), tok_notes.end());
 
   const SafetensorsSet st = SafetensorsSet::open_dir(dir);
-  size_t done = 0;
   for (const auto& kv : st.tensors()) {
-    const StTensor& t = kv.second;
     std::string gname;
     int layer = 0;
-    if (!gguf_name(arch, t.name, n_layer, &gname, &layer)) continue;
-    if (t.shape.empty() || t.shape.size() > 2) {
-      unsupported("tensor " + t.name + " has " + std::to_string(t.shape.size()) + " dimensions (1 or 2 convert)");
-    }
-    Pending p{gname, layer, {}, st_to_f32(t)};
-    const uint64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    const bool is_q = t.name.find("self_attn.q_proj.") != std::string::npos;
-    const bool is_k = t.name.find("self_attn.k_proj.") != std::string::npos;
-    if (A == "llama" && (is_q || is_k)) p.data = permute_rows(p.data, rows, cols, is_q ? n_head : n_kv, t.name);
-    p.ne = t.shape.size() == 2 ? std::vector<uint64_t>{cols, rows} : std::vector<uint64_t>{rows};
-    pending.push_back(std::move(p));
-    if (opt.progress) opt.progress(++done, st.tensors().size(), t.name);
+    if (gguf_name(arch, kv.first, n_layer, &gname, &layer)) pending.push_back({gname, layer, &kv.second, {}});
   }
   if (!std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.name == "token_embd.weight"; })) {
     throw Error(LILIMS_ERR_MISSING, "[convert] the checkpoint has no model.embed_tokens.weight");
@@ -343,15 +332,32 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
     return a.layer != b.layer ? a.layer < b.layer : a.name < b.name;
   });
-  for (const Pending& p : pending) {
-    out.add_tensor(p.name, p.ne, 0, p.data.data(), p.data.size() * sizeof(float));
+  // One tensor at a time: only the Writer holds the whole model.
+  for (size_t k = 0; k < pending.size(); ++k) {
+    Pending& p = pending[k];
+    std::vector<uint64_t> ne{p.values.size()};
+    if (p.hf) {
+      const StTensor& t = *p.hf;
+      if (t.shape.empty() || t.shape.size() > 2) {
+        unsupported("tensor " + t.name + " has " + std::to_string(t.shape.size()) + " dimensions (1 or 2 convert)");
+      }
+      p.values = st_to_f32(t);
+      const uint64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+      const bool is_q = t.name.find("self_attn.q_proj.") != std::string::npos;
+      const bool is_k = t.name.find("self_attn.k_proj.") != std::string::npos;
+      if (A == "llama" && (is_q || is_k)) p.values = permute_rows(p.values, rows, cols, is_q ? n_head : n_kv, t.name);
+      ne = t.shape.size() == 2 ? std::vector<uint64_t>{cols, rows} : std::vector<uint64_t>{rows};
+    }
+    out.add_tensor(p.name, ne, 0, p.values.data(), p.values.size() * sizeof(float));
+    std::vector<float>().swap(p.values);
+    if (opt.progress) opt.progress(k + 1, pending.size(), p.hf ? p.hf->name : p.name);
   }
   if (opt.type == quant::Type::F32) return out;
 
   // Other types: as `lilims quantize` from these F32 values.
-  const std::vector<uint8_t> image = out.to_bytes();
-  pending.clear();
-  const std::unique_ptr<gguf::File> f32 = gguf::File::from_bytes(image.data(), image.size());
+  std::vector<uint8_t> image = out.to_bytes();
+  out = gguf::Writer();
+  const std::unique_ptr<gguf::File> f32 = gguf::File::from_borrowed(image.data(), image.size(), dir);
   gguf::RequantizeOptions ropt;
   if (opt.progress) {
     ropt.progress = [&opt](size_t k, size_t n, const gguf::TensorInfo& t) { opt.progress(k + 1, n, t.name); };

@@ -1,6 +1,8 @@
 // tokenizer.json + tokenizer_config.json -> tokenizer.ggml.* metadata.
 #include "models/hf_tokenizer.h"
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -24,8 +26,9 @@ constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUn
 }
 
 bool file_exists(const std::string& path) {
+  unsigned long long size = 0;
   try {
-    (void)read_regular_file(path, "convert");
+    ::close(open_regular_file(path, "convert", &size));
     return true;
   } catch (const Error&) {
     return false;

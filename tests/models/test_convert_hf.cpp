@@ -335,6 +335,44 @@ TEST(ConvertHfErrors, UnknownArchitectureAndTensor) {
   }
 }
 
+// A safetensors image of `tensors` (their dtypes, shapes and bytes kept).
+std::vector<uint8_t> st_rewrite(const std::vector<const StTensor*>& tensors) {
+  json header = json::object();
+  uint64_t at = 0;
+  for (const StTensor* t : tensors) {
+    header[t->name] = {{"dtype", t->dtype_name}, {"shape", t->shape}, {"data_offsets", {at, at + t->n_bytes}}};
+    at += t->n_bytes;
+  }
+  std::vector<uint8_t> img = st_image(header.dump(), at);
+  uint8_t* data = img.data() + img.size() - at;
+  for (const StTensor* t : tensors) {
+    std::memcpy(data, t->data, t->n_bytes);
+    data += t->n_bytes;
+  }
+  return img;
+}
+
+// Tied embeddings (SmolLM2): no lm_head.weight in the checkpoint, and then
+// no output.weight in the GGUF (llama.cpp's readers use token_embd.weight).
+TEST(ConvertHfLayout, TiedEmbeddings) {
+  ScratchDir d("llama");
+  {
+    const auto st = SafetensorsFile::open(d.path() + "/model.safetensors");
+    std::vector<const StTensor*> keep;
+    for (const auto& kv : st->tensors()) {
+      if (kv.first != "lm_head.weight") keep.push_back(&kv.second);
+    }
+    d.write("model.safetensors", st_rewrite(keep));
+  }
+  json cfg = json::parse(test::read_file(d.path() + "/config.json"));
+  cfg["tie_word_embeddings"] = true;
+  d.write("config.json", cfg.dump());
+  const auto f = convert(d.path());
+  EXPECT_EQ(f->find_tensor("output.weight"), nullptr);
+  EXPECT_NE(f->find_tensor("token_embd.weight"), nullptr);
+  EXPECT_EQ(f->tensors().size(), gguf::File::open(test::source_path("tests/data/tiny/llama.gguf"))->tensors().size() - 1);
+}
+
 TEST(ConvertHfErrors, BadShardIndex) {
   std::string what;
   ScratchDir d("phi2");
