@@ -64,7 +64,9 @@ class Config {
   }
   std::vector<float> factors(const std::string& key) const {
     const json* v = find(key);
-    if (!v || !v->is_array()) throw Error(LILIMS_ERR_MISSING, "[convert] config.json has no " + key + " list");
+    if (!v || !v->is_array()) {
+      throw Error(LILIMS_ERR_MISSING, "[convert] config.json has no " + key + " list");
+    }
     std::vector<float> out;
     for (const json& x : *v) {
       if (!x.is_number()) bad("config.json " + key + " has a non-number");
@@ -175,7 +177,8 @@ std::vector<float> permute_rows(const std::vector<float>& w, uint64_t rows, uint
 
 // Where an HF tensor goes: its GGUF name and layer; false for tensors that
 // are not weights (buffers some checkpoints carry).
-bool gguf_name(const Arch& a, const std::string& hf, int64_t n_layers, std::string* out, int* layer) {
+bool gguf_name(const Arch& a, const std::string& hf, int64_t n_layers, std::string* out,
+               int* layer) {
   auto ends_with = [&hf](const char* s) {
     const size_t n = std::char_traits<char>::length(s);
     return hf.size() >= n && hf.compare(hf.size() - n, n, s) == 0;
@@ -185,7 +188,9 @@ bool gguf_name(const Arch& a, const std::string& hf, int64_t n_layers, std::stri
   if (hf.compare(0, prefix.size(), prefix) == 0) {
     size_t at = prefix.size();
     int64_t n = 0;
-    while (at < hf.size() && hf[at] >= '0' && hf[at] <= '9' && n <= INT32_MAX) n = n * 10 + (hf[at++] - '0');
+    while (at < hf.size() && hf[at] >= '0' && hf[at] <= '9' && n <= INT32_MAX) {
+      n = n * 10 + (hf[at++] - '0');
+    }
     if (at > prefix.size() && at < hf.size() && hf[at] == '.') {
       if (n >= n_layers) {
         bad("tensor " + hf + " is in layer " + std::to_string(n) + " but config.json has " +
@@ -218,15 +223,17 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
                             std::vector<std::string>* notes) {
   const int ftype = gguf::file_type_of(opt.type);
   if (ftype < 0) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[convert] cannot convert to " +
-                                                 std::string(quant::ggml_type_name(static_cast<uint32_t>(opt.type))));
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                std::string("[convert] cannot convert to ") +
+                    quant::ggml_type_name(static_cast<uint32_t>(opt.type)));
   }
   json raw;
   std::string text;
   try {
     text = read_regular_file(dir + "/config.json", "convert");
   } catch (const Error&) {
-    throw Error(LILIMS_ERR_MISSING, "[convert] " + dir + " has no config.json (not a Hugging Face model directory)");
+    throw Error(LILIMS_ERR_MISSING, "[convert] " + dir +
+                                        " has no config.json (not a Hugging Face model directory)");
   }
   try {
     raw = json::parse(text);
@@ -282,10 +289,12 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   out.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(n_kv));
   out.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(n_rot));
   if (A == "phi2") {
-    out.add_f32(key("attention.layer_norm_epsilon"), static_cast<float>(cfg.get_float_or("layer_norm_eps", 1e-5)));
+    out.add_f32(key("attention.layer_norm_epsilon"),
+                static_cast<float>(cfg.get_float_or("layer_norm_eps", 1e-5)));
   } else {
     out.add_f32(key("rope.freq_base"), static_cast<float>(cfg.get_float_or("rope_theta", 10000.0)));
-    out.add_f32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(cfg.get_float_or("rms_norm_eps", 1e-6)));
+    out.add_f32(key("attention.layer_norm_rms_epsilon"),
+                static_cast<float>(cfg.get_float_or("rms_norm_eps", 1e-6)));
   }
   if (A == "llama") out.add_u32(key("vocab_size"), static_cast<uint32_t>(n_vocab));
   std::vector<Pending> pending;
@@ -298,7 +307,8 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
     if (longrope) {
       // As llama.cpp's converter: from the context ratio, not config.json's attention_factor.
       const double scale = static_cast<double>(n_ctx) / static_cast<double>(orig);
-      const double attn = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)));
+      const double attn =
+          scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)));
       out.add_f32(key("rope.scaling.attn_factor"), static_cast<float>(attn));
       for (const char* which : {"long", "short"}) {
         std::vector<float> f = cfg.factors(std::string(which) + "_factor");
@@ -306,15 +316,19 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
           bad(std::string("config.json ") + which + "_factor has " + std::to_string(f.size()) +
               " values, expected rope dimensions / 2 = " + std::to_string(n_rot / 2));
         }
-        pending.push_back({std::string("rope_factors_") + which + ".weight", -1, nullptr, std::move(f)});
+        pending.push_back(
+            {std::string("rope_factors_") + which + ".weight", -1, nullptr, std::move(f)});
       }
     }
   }
 
   HfTokenizerOptions topt;
   topt.n_vocab = n_vocab;
-  topt.bos_id = raw.value("bos_token_id", json()).is_number_integer() ? raw["bos_token_id"].get<int64_t>() : -1;
-  topt.eos_id = raw.value("eos_token_id", json()).is_number_integer() ? raw["eos_token_id"].get<int64_t>() : -1;
+  auto id_or_none = [&raw](const char* k) {
+    return raw.contains(k) && raw[k].is_number_integer() ? raw[k].get<int64_t>() : int64_t{-1};
+  };
+  topt.bos_id = id_or_none("bos_token_id");
+  topt.eos_id = id_or_none("eos_token_id");
   topt.force_no_bos = A == "phi2";
   std::vector<std::string> tok_notes;
   add_hf_tokenizer(dir, topt, &out, &tok_notes);
@@ -324,9 +338,12 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   for (const auto& kv : st.tensors()) {
     std::string gname;
     int layer = 0;
-    if (gguf_name(arch, kv.first, n_layer, &gname, &layer)) pending.push_back({gname, layer, &kv.second, {}});
+    if (gguf_name(arch, kv.first, n_layer, &gname, &layer)) {
+      pending.push_back({gname, layer, &kv.second, {}});
+    }
   }
-  if (!std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.name == "token_embd.weight"; })) {
+  if (!std::any_of(pending.begin(), pending.end(),
+                   [](const Pending& p) { return p.name == "token_embd.weight"; })) {
     throw Error(LILIMS_ERR_MISSING, "[convert] the checkpoint has no model.embed_tokens.weight");
   }
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
@@ -339,13 +356,16 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
     if (p.hf) {
       const StTensor& t = *p.hf;
       if (t.shape.empty() || t.shape.size() > 2) {
-        unsupported("tensor " + t.name + " has " + std::to_string(t.shape.size()) + " dimensions (1 or 2 convert)");
+        unsupported("tensor " + t.name + " has " + std::to_string(t.shape.size()) +
+                    " dimensions (1 or 2 convert)");
       }
       p.values = st_to_f32(t);
       const uint64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
       const bool is_q = t.name.find("self_attn.q_proj.") != std::string::npos;
       const bool is_k = t.name.find("self_attn.k_proj.") != std::string::npos;
-      if (A == "llama" && (is_q || is_k)) p.values = permute_rows(p.values, rows, cols, is_q ? n_head : n_kv, t.name);
+      if (A == "llama" && (is_q || is_k)) {
+        p.values = permute_rows(p.values, rows, cols, is_q ? n_head : n_kv, t.name);
+      }
       ne = t.shape.size() == 2 ? std::vector<uint64_t>{cols, rows} : std::vector<uint64_t>{rows};
     }
     out.add_tensor(p.name, ne, 0, p.values.data(), p.values.size() * sizeof(float));
@@ -360,7 +380,9 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   const std::unique_ptr<gguf::File> f32 = gguf::File::from_borrowed(image.data(), image.size(), dir);
   gguf::RequantizeOptions ropt;
   if (opt.progress) {
-    ropt.progress = [&opt](size_t k, size_t n, const gguf::TensorInfo& t) { opt.progress(k + 1, n, t.name); };
+    ropt.progress = [&opt](size_t k, size_t n, const gguf::TensorInfo& t) {
+      opt.progress(k + 1, n, t.name);
+    };
   }
   return gguf::requantize(*f32, opt.type, ropt);
 }

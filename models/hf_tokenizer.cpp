@@ -126,7 +126,9 @@ void add_hf_tokenizer(const std::string& dir, const HfTokenizerOptions& opt, ggu
           std::to_string(opt.n_vocab));
     }
     n = std::max(n, opt.n_vocab);
-    if (n > (int64_t{1} << 24)) bad("tokenizer.json has ids up to " + std::to_string(n - 1) + ", not a vocabulary");
+    if (n > (int64_t{1} << 24)) {
+      bad("tokenizer.json has ids up to " + std::to_string(n - 1) + ", not a vocabulary");
+    }
     std::vector<std::string> tokens(static_cast<size_t>(n));
     std::vector<int32_t> types(static_cast<size_t>(n), kUnused);
     std::vector<uint8_t> present(static_cast<size_t>(n), 0);
@@ -218,8 +220,11 @@ void add_hf_tokenizer(const std::string& dir, const HfTokenizerOptions& opt, ggu
     // What HF's tokenizer adds: the post-processor's template, unless
     // tokenizer_config.json says otherwise.
     bool add_bos = probe->add_bos(), add_eos = probe->add_eos();
-    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) add_bos = cfg["add_bos_token"].get<bool>();
-    if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean()) add_eos = cfg["add_eos_token"].get<bool>();
+    auto flag = [&cfg](const char* k, bool* v) {
+      if (cfg.contains(k) && cfg[k].is_boolean()) *v = cfg[k].get<bool>();
+    };
+    flag("add_bos_token", &add_bos);
+    flag("add_eos_token", &add_eos);
     if (opt.force_no_bos) add_bos = false;
     out->add_bool("tokenizer.ggml.add_bos_token", add_bos);
     out->add_bool("tokenizer.ggml.add_eos_token", add_eos);
@@ -231,18 +236,23 @@ void add_hf_tokenizer(const std::string& dir, const HfTokenizerOptions& opt, ggu
     // token's text, the model's name and architecture (llama.cpp's rules, which
     // lilims follows).  Name every added token where that differs from HF.
     const std::vector<uint8_t> image = out->to_bytes();
-    const auto as_read = tok::Tokenizer::from_gguf(*gguf::File::from_bytes(image.data(), image.size()));
+    const auto as_read =
+        tok::Tokenizer::from_gguf(*gguf::File::from_bytes(image.data(), image.size()));
     for (const json& a : added) {
       const int32_t id = a.at("id").get<int32_t>();
       const bool l = a.value("lstrip", false), r = a.value("rstrip", false);
       if (l == as_read->strips_left(id) && r == as_read->strips_right(id)) continue;
       auto flags = [](bool left, bool right) {
-        return std::string(left && right ? "lstrip and rstrip" : left ? "lstrip" : right ? "rstrip" : "neither lstrip nor rstrip");
+        return std::string(left && right ? "lstrip and rstrip"
+                           : left        ? "lstrip"
+                           : right       ? "rstrip"
+                                         : "neither lstrip nor rstrip");
       };
       notes->push_back("added token '" + tokens[id] + "' has " + flags(l, r) +
                        " in tokenizer.json, but GGUF readers give it " +
                        flags(as_read->strips_left(id), as_read->strips_right(id)) +
-                       " (derived from its text and the model's name and architecture; GGUF has no key for them)");
+                       " (derived from its text and the model's name and architecture; "
+                       "GGUF has no key for them)");
     }
   } catch (const json::exception& e) {
     bad(std::string("tokenizer.json: ") + e.what());

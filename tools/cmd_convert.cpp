@@ -57,7 +57,9 @@ int convert_hf(const std::string& in, const std::string& out, const std::string&
     std::vector<std::string> notes;
     const lilims::gguf::Writer w = lilims::models::convert_hf_dir(in, opt, &notes);
     line.finish();
-    for (const std::string& n : notes) std::fprintf(stderr, "lilims convert: note: %s\n", n.c_str());
+    for (const std::string& n : notes) {
+      std::fprintf(stderr, "lilims convert: note: %s\n", n.c_str());
+    }
     w.write(out);
     std::fprintf(stderr, "lilims convert: wrote %s\n", out.c_str());
     return 0;
@@ -106,7 +108,8 @@ int cmd_convert(int argc, char** argv) {
     return convert_hf(in, out, type_name, name_set ? opt.name : "", progress);
   }
   if (!type_name.empty()) {
-    return lilims::cli::fail("convert", "--type is for Hugging Face directories (llama2.c converts to F32)");
+    return lilims::cli::fail("convert",
+                             "--type is for Hugging Face directories (llama2.c converts to F32)");
   }
   try {
     lilims::tools::ProgressLine line("convert", progress);
@@ -126,4 +129,6 @@ int cmd_convert(int argc, char** argv) {
 
 }  // namespace
 
-LILIMS_REGISTER_COMMAND(convert, "convert", "convert a Hugging Face model directory or a llama2.c checkpoint to GGUF", cmd_convert);
+LILIMS_REGISTER_COMMAND(convert, "convert",
+                        "convert a Hugging Face model directory or a llama2.c checkpoint to GGUF",
+                        cmd_convert);
