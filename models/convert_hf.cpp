@@ -256,6 +256,12 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
     bad("hidden_size " + std::to_string(n_embd) + " must split into " + std::to_string(n_head) +
         " heads, and those into " + std::to_string(n_kv) + " kv groups");
   }
+  // llama.cpp's phi2 takes MHA and a 4 x hidden MLP as given (it writes them
+  // whatever config.json says): another shape would not load.
+  if (A == "phi2" && (cfg.get_int_or("num_key_value_heads", n_head) != n_head || n_ff != 4 * n_embd)) {
+    unsupported("PhiForCausalLM with num_key_value_heads != num_attention_heads or "
+                "intermediate_size != 4 * hidden_size");
+  }
   const int64_t head_dim = n_embd / n_head;
   if (cfg.find("head_dim") && cfg.get_int("head_dim") != head_dim) {
     unsupported("head_dim " + std::to_string(cfg.get_int("head_dim")) + " is not hidden_size / heads");
@@ -282,8 +288,7 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   auto key = [&](const std::string& k) { return A + "." + k; };
   if (n_ctx > 0) out.add_u32(key("context_length"), static_cast<uint32_t>(n_ctx));
   out.add_u32(key("embedding_length"), static_cast<uint32_t>(n_embd));
-  // llama.cpp's phi2 conversion writes 4 * n_embd whatever config.json says.
-  out.add_u32(key("feed_forward_length"), static_cast<uint32_t>(A == "phi2" ? 4 * n_embd : n_ff));
+  out.add_u32(key("feed_forward_length"), static_cast<uint32_t>(n_ff));
   out.add_u32(key("block_count"), static_cast<uint32_t>(n_layer));
   out.add_u32(key("attention.head_count"), static_cast<uint32_t>(n_head));
   out.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(n_kv));

@@ -317,6 +317,14 @@ TEST(ConvertHfErrors, UnknownArchitectureAndTensor) {
     EXPECT_NE(what.find("RoPE scaling 'yarn'"), std::string::npos) << what;
   }
   {
+    ScratchDir d("phi2");
+    json cfg = json::parse(test::read_file(d.path() + "/config.json"));
+    cfg["num_key_value_heads"] = 2;
+    d.write("config.json", cfg.dump());
+    EXPECT_EQ(convert_status(d.path(), &what), LILIMS_ERR_UNSUPPORTED);
+    EXPECT_NE(what.find("PhiForCausalLM with num_key_value_heads"), std::string::npos) << what;
+  }
+  {
     ScratchDir d("llama");
     d.write("model.safetensors",
             st_image(R"({"model.layers.0.self_attn.rotary_proj.weight": {"dtype": "F32",
