@@ -119,7 +119,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& json_text)
     for (const json& a : added) n = std::max(n, a.at("id").get<int32_t>() + 1);
     t->tokens_.assign(n, "");
     t->types_.assign(n, kTokenUnused);
-    const std::string wp_prefix = model.value("continuing_subword_prefix", "##");
+    // Written as null when unset (the `tokenizers` package writes every option).
+    const std::string wp_prefix = model.contains("continuing_subword_prefix") &&
+                                          model["continuing_subword_prefix"].is_string()
+                                      ? model["continuing_subword_prefix"].get<std::string>()
+                                      : "##";
     for (const auto& kv : model.at("vocab").items()) {
       const int32_t id = kv.value().get<int32_t>();
       std::string text = kv.key();

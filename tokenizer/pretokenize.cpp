@@ -203,6 +203,20 @@ bool pre_tokenizer_from_name(const std::string& name, PreTokenizer* out) {
   return false;
 }
 
+const char* pre_tokenizer_name(PreTokenizer type) {
+  switch (type) {
+    case PreTokenizer::kNone: return nullptr;
+    case PreTokenizer::kGpt2: return "gpt-2";
+    case PreTokenizer::kLlama3: return "llama-bpe";
+    case PreTokenizer::kQwen2: return "qwen2";
+    case PreTokenizer::kDigitsGpt2: return "smollm";
+    case PreTokenizer::kDeepseekLlm: return "deepseek-llm";
+    case PreTokenizer::kDeepseekCoder: return "deepseek-coder";
+    case PreTokenizer::kFalcon: return "falcon";
+  }
+  return nullptr;
+}
+
 void pre_tokenize(PreTokenizer type, std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>* pieces) {
   if (text.empty()) return;
   if (type == PreTokenizer::kNone) {

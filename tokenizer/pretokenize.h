@@ -28,6 +28,10 @@ enum class PreTokenizer {
 // Maps a GGUF tokenizer.ggml.pre value; false if unknown.  An absent key or
 // "default" maps to kGpt2 (what llama.cpp does for byte-level vocabularies).
 bool pre_tokenizer_from_name(const std::string& name, PreTokenizer* out);
+// The name llama.cpp gives it in tokenizer.ggml.pre (one of several for a
+// shared split); pre_tokenizer_from_name maps it back.  nullptr for kNone,
+// which has no name there.
+const char* pre_tokenizer_name(PreTokenizer type);
 
 // Splits valid UTF-8 text into pieces; appends their [begin, end) byte
 // offsets to *pieces (empty text gives no pieces).

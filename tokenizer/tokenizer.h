@@ -129,6 +129,10 @@ class Tokenizer {
   bool is_control(int32_t id) const;
 
   VocabType vocab_type() const { return type_; }
+  PreTokenizer pre_tokenizer() const { return pre_; }  // byte-level BPE only
+  // Whether special token `id` eats the whitespace before / after it.
+  bool strips_left(int32_t id) const { return id >= 0 && (size_t)id < strip_.size() && (strip_[id] & kStripLeft); }
+  bool strips_right(int32_t id) const { return id >= 0 && (size_t)id < strip_.size() && (strip_[id] & kStripRight); }
   // Every byte has a token (byte-level BPE alphabet, or SentencePiece <0xNN>
   // fallback), so decode(encode(s)) == s for any valid UTF-8 s (SentencePiece:
   // without parse_special).  Not so for some real vocabularies: Falcon's lacks

@@ -1,30 +1,77 @@
-// `lilims convert`: llama2.c checkpoints to GGUF.
+// `lilims convert`: Hugging Face model directories and llama2.c checkpoints to GGUF.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
+#include "models/convert_hf.h"
 #include "models/convert_llama2c.h"
+#include "models/requantize.h"
 #include "tools/cli.h"
 #include "tools/progress.h"
 
 namespace {
 
 const char kUsage[] =
-    "usage: lilims convert IN.bin OUT.gguf [--tokenizer tok.bin] [--tied-output] [--name NAME]\n"
+    "usage: lilims convert HF_DIR OUT.gguf [--type F16|F32|Q8_0|Q4_0|Q4_1] [--name NAME]\n"
+    "       lilims convert IN.bin OUT.gguf [--tokenizer tok.bin] [--tied-output] [--name NAME]\n"
+    "  HF_DIR         a Hugging Face model directory: config.json (LlamaForCausalLM,\n"
+    "                 PhiForCausalLM or Phi3ForCausalLM), model.safetensors or shards with\n"
+    "                 model.safetensors.index.json (F32/F16/BF16), tokenizer.json and\n"
+    "                 tokenizer_config.json; laid out as llama.cpp's convert_hf_to_gguf.py\n"
+    "  --type T       HF_DIR only: F16 (default: 2-D weights F16, 1-D F32), F32, or Q8_0,\n"
+    "                 Q4_0, Q4_1 (2-D weights quantized as `lilims quantize` does)\n"
     "  IN.bin         a llama2.c checkpoint (legacy version 0 or fp32 version 1)\n"
     "  --tokenizer    llama2.c tokenizer.bin for its vocabulary (without it the GGUF has no\n"
     "                 tokenizer.ggml.* metadata)\n"
     "  --tied-output  write output.weight even when it is the token embedding (as llama.cpp does)\n"
-    "  --name NAME    general.name (default: llama)\n"
+    "  --name NAME    general.name (default: the directory's name; llama for IN.bin)\n"
     "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
     "                 line every 5 seconds)\n";
 
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int convert_hf(const std::string& in, const std::string& out, const std::string& type_name,
+               const std::string& name, bool progress) {
+  lilims::models::HfConvertOptions opt;
+  opt.name = name;
+  if (!type_name.empty()) {
+    const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(type_name);
+    if (!tt || lilims::gguf::file_type_of(tt->type) < 0) {
+      return lilims::cli::fail("convert", "unknown type '" + type_name + "' (F16, F32, Q8_0, Q4_0, Q4_1)");
+    }
+    opt.type = tt->type;
+  }
+  try {
+    lilims::tools::ProgressLine line("convert", progress);
+    opt.progress = [&line](size_t done, size_t total, const std::string& what) {
+      line.update(done, total, what);
+    };
+    std::vector<std::string> notes;
+    const lilims::gguf::Writer w = lilims::models::convert_hf_dir(in, opt, &notes);
+    line.finish();
+    for (const std::string& n : notes) {
+      std::fprintf(stderr, "lilims convert: note: %s\n", n.c_str());
+    }
+    w.write(out);
+    std::fprintf(stderr, "lilims convert: wrote %s\n", out.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    return lilims::cli::fail("convert", e.what());
+  }
+}
+
 int cmd_convert(int argc, char** argv) {
-  std::string in, out, tok;
+  std::string in, out, tok, type_name;
   lilims::models::Llama2cOptions opt;
-  bool progress = true;
+  bool progress = true, name_set = false;
   for (int k = 1; k < argc; ++k) {
     const char* a = argv[k];
     if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
@@ -33,6 +80,10 @@ int cmd_convert(int argc, char** argv) {
     } else if (!std::strcmp(a, "--tokenizer") || !std::strcmp(a, "--name")) {
       if (k + 1 >= argc) return lilims::cli::fail("convert", std::string(a) + " needs a value");
       (a[2] == 't' ? tok : opt.name) = argv[++k];
+      name_set |= a[2] == 'n';
+    } else if (!std::strcmp(a, "--type")) {
+      if (k + 1 >= argc) return lilims::cli::fail("convert", "--type needs a value");
+      type_name = argv[++k];
     } else if (!std::strcmp(a, "--tied-output")) {
       opt.write_tied_output = true;
     } else if (!std::strcmp(a, "--no-progress")) {
@@ -48,7 +99,17 @@ int cmd_convert(int argc, char** argv) {
     }
   }
   if (in.empty() || out.empty()) {
-    return lilims::cli::fail("convert", "expects IN.bin OUT.gguf (try --help)");
+    return lilims::cli::fail("convert", "expects HF_DIR or IN.bin, then OUT.gguf (try --help)");
+  }
+  if (is_directory(in)) {
+    if (!tok.empty() || opt.write_tied_output) {
+      return lilims::cli::fail("convert", "--tokenizer and --tied-output are for llama2.c checkpoints");
+    }
+    return convert_hf(in, out, type_name, name_set ? opt.name : "", progress);
+  }
+  if (!type_name.empty()) {
+    return lilims::cli::fail("convert",
+                             "--type is for Hugging Face directories (llama2.c converts to F32)");
   }
   try {
     lilims::tools::ProgressLine line("convert", progress);
@@ -68,4 +129,6 @@ int cmd_convert(int argc, char** argv) {
 
 }  // namespace
 
-LILIMS_REGISTER_COMMAND(convert, "convert", "convert a llama2.c checkpoint to GGUF", cmd_convert);
+LILIMS_REGISTER_COMMAND(convert, "convert",
+                        "convert a Hugging Face model directory or a llama2.c checkpoint to GGUF",
+                        cmd_convert);

@@ -49,10 +49,12 @@ TEST(CliFiles, TextFileThatIsAFifoOrADevice) {
 
 TEST(CliFiles, ConvertInputThatIsNotARegularFile) {
   const std::string out = tmp_path("converted.gguf");
-  for (const std::string& p : {tmp_dir(), make_fifo("ckpt.fifo"), std::string("/dev/zero")}) {
+  for (const std::string& p : {make_fifo("ckpt.fifo"), std::string("/dev/zero")}) {
     SCOPED_TRACE(p);
     expect_failure(run({"convert", p, out}, "", kShort), "convert", "not a regular file");
   }
+  // A directory is a Hugging Face model directory to convert.
+  expect_failure(run({"convert", tmp_dir(), out}, "", kShort), "convert", "has no config.json");
 }
 
 TEST(CliFiles, ModelThatIsAFifoOrADevice) {

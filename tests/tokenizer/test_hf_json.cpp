@@ -110,6 +110,21 @@ TEST(HfJson, SentencePieceStyleBpe) {
   EXPECT_EQ(tok->decode({1, 10, 3, 4, 5}), "ab\n\xC3\xA9");
 }
 
+// The `tokenizers` package writes every BPE option, unset ones as null
+// (continuing_subword_prefix, end_of_word_suffix, unk_token, dropout).
+TEST(HfJson, NullModelOptions) {
+  const json root = json::parse(R"({
+    "model": {"type": "BPE", "dropout": null, "unk_token": null,
+              "continuing_subword_prefix": null, "end_of_word_suffix": null,
+              "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+              "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]},
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+    "decoder": {"type": "ByteLevel"}
+  })");
+  auto tok = Tokenizer::from_hf_json(root.dump());
+  EXPECT_EQ(tok->encode("ab", false, false), (std::vector<int32_t>{2}));
+}
+
 TEST(HfJson, Errors) {
   auto status = [](const std::string& text) {
     try {
