@@ -275,11 +275,27 @@ void Session::eval_impl(const std::vector<int32_t>& tokens) {
 
 void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
   Call call(*this);
+  eval_all_logits_impl(tokens, logits, false);
+}
+
+void Session::eval_all_logits_as_decode(const std::vector<int32_t>& tokens,
+                                        std::vector<float>& logits) {
+  Call call(*this);
+  eval_all_logits_impl(tokens, logits, true);
+}
+
+void Session::eval_all_logits_impl(const std::vector<int32_t>& tokens, std::vector<float>& logits,
+                                   bool as_decode) {
   check_tokens(tokens_.size(), tokens);
   const int32_t n_vocab = model_.hparams().n_vocab;
   logits.resize(tokens.size() * (size_t)n_vocab);
-  exec_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
-                true);
+  if (as_decode) {
+    exec_->forward_as_decode(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(),
+                             logits.data());
+  } else {
+    exec_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
+                   true);
+  }
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   if (!tokens.empty()) {
     std::copy(logits.end() - n_vocab, logits.end(), logits_.begin());

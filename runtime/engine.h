@@ -233,6 +233,9 @@ class Session {
   // Logits for every position of `tokens` appended now (n * n_vocab), for
   // perplexity and numerics tests.
   void eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits);
+  // Same, each position's logits bit-identical to evaluating the tokens one
+  // at a time (graph::Executor::forward_as_decode): how drafts are verified.
+  void eval_all_logits_as_decode(const std::vector<int32_t>& tokens, std::vector<float>& logits);
   const std::vector<float>& logits() const { return logits_; }  // of the last token
   bool has_logits() const { return has_logits_; }
 
@@ -305,6 +308,8 @@ class Session {
   static constexpr uint32_t kBusy = 1, kCancel = 2;
 
   void eval_impl(const std::vector<int32_t>& tokens);
+  void eval_all_logits_impl(const std::vector<int32_t>& tokens, std::vector<float>& logits,
+                            bool as_decode);
   void truncate_impl(int32_t n);
   // Generates after keeping the first `keep` tokens of the sequence and
   // appending `prompt`; validates everything before changing anything.
