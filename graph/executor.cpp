@@ -89,12 +89,13 @@ void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* lo
   }
 }
 
-void Executor::forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits) {
+void Executor::forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
+                                 bool all_logits) {
   struct Flag {
     bool& f;
     ~Flag() { f = false; }
   } flag{attention_per_token_ = true};
-  forward(tokens, n, pos0, logits, true);
+  forward(tokens, n, pos0, logits, all_logits);
 }
 
 void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits,

@@ -31,13 +31,14 @@ class Executor {
   // Commits may still run when it returns (async); anything that reads the
   // cache itself calls sync() first.
   void forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits, bool all_logits);
-  // forward(..., all_logits) with the arithmetic of running the tokens one
+  // forward() with the arithmetic of running the tokens one
   // at a time: each token's logits are bit-identical to what a one-token
   // forward at its position gives.  A block's attention otherwise tiles its
   // query tokens together, summing in another order than decode's per-head
   // lanes; the matmuls already give each token the same sums either way.
   // For verifying drafted tokens (speculative decoding).
-  void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits);
+  void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
+                         bool all_logits);
 
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return plan_; }
