@@ -572,6 +572,11 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     if (took == Took::ended) break;
     block.clear();
     if (!pending.empty() && pending.front() == next) {  // drafted, evaluated already
+      // Without drafts its evaluation would see the cancel and leave it out.
+      if (cancel_requested()) {
+        r.stop = StopReason::cancelled;
+        break;
+      }
       pending.erase(pending.begin());
       ++r.n_accepted;
       cur += n_vocab;
