@@ -89,6 +89,15 @@ void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* lo
   }
 }
 
+void Executor::forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
+                                 bool all_logits) {
+  struct Flag {
+    bool& f;
+    ~Flag() { f = false; }
+  } flag{attention_per_token_ = true};
+  forward(tokens, n, pos0, logits, all_logits);
+}
+
 void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits,
                      bool all_logits) {
   for (int t : logits_views_) base_[(size_t)t] = logits;
@@ -181,53 +190,9 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
     case Op::copy:
       for (int32_t t = 0; t < rows; ++t) std::memcpy(out + t * ldo, a + t * lda, (size_t)w * sizeof(float));
       break;
-    case Op::attention: {
-      round_staged(n.layer, m);
-      kernels::AttentionArgs args{};
-      args.q = a;
-      args.q_stride = lda;
-      args.n_q = m;
-      args.pos0 = pos0;
-      args.k = kv_->k(n.layer);
-      args.v = kv_->v(n.layer);
-      args.kv_type = kv_->type();
-      args.kv_stride_bytes = (int64_t)kv_->row_bytes();
-      args.n_head = sh.n_head;
-      args.n_head_kv = sh.n_head_kv;
-      args.head_dim = sh.head_dim;
-      args.scale = sh.attn_scale;
-      args.window = sh.window;
-      args.out = out;
-      args.out_stride = ldo;
-      args.k_new = kv_->staged_k(n.layer);
-      args.v_new = kv_->staged_v(n.layer);
-      args.new_stride = sh.kv_dim();
-      // Tasks = (part of a kv group) x (block of query tokens): a task's heads
-      // share one kv head, so the kernel reads and converts each K/V row once
-      // for all of them.  Groups are split in two only when whole groups would
-      // leave threads idle (e.g. 3 kv groups on 2 threads); later query blocks
-      // see more keys, so they are handed out first.
-      const int n_thr = pool_.size(), n_kv = sh.n_head_kv, group = sh.n_head / n_kv;
-      const int parts = (n_thr > 1 && n_kv % n_thr != 0 && n_kv < 2 * n_thr && group > 1) ? 2 : 1;
-      const int32_t qb = m <= 32 ? m : 32;
-      const int64_t n_qb = (m + qb - 1) / qb, n_units = (int64_t)n_kv * parts;
-      float* scratch = attn_scratch_;
-      const size_t per = plan_.attn_scratch_floats;
-      pool_.parallel_for(n_units * n_qb, [&](int64_t task, int thread) {
-        const int64_t blk = n_qb - 1 - task / n_units, u = task % n_units;
-        const int g = (int)(u / parts), part = (int)(u % parts);
-        const int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
-        kernels::AttentionArgs la = args;
-        const int32_t t0 = (int32_t)blk * qb;
-        la.n_q = std::min(qb, m - t0);
-        la.pos0 = pos0 + t0;
-        la.q = args.q + (int64_t)t0 * args.q_stride;
-        la.out = args.out + (int64_t)t0 * args.out_stride;
-        la.n_new_before = t0;  // the block's earlier staged rows stay visible
-        ops.attention(la, h0, h1, scratch + (size_t)thread * per);
-      });
+    case Op::attention:
+      attention(n, m, pos0);
       break;
-    }
     case Op::swiglu:
       if (flat) {
         ops.swiglu(a, b, out, (int64_t)rows * w);
@@ -258,6 +223,61 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       break;
     }
   }
+}
+
+
+void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
+  const kernels::OpsTable& ops = *plan_.ops;
+  const ModelShape& sh = graph_.shape();
+  const float* a = ptr(n.a);
+  const int64_t lda = ld(n.a), ldo = ld(n.out);
+  float* out = ptr(n.out);
+  round_staged(n.layer, m);
+  kernels::AttentionArgs args{};
+  args.q = a;
+  args.q_stride = lda;
+  args.n_q = m;
+  args.pos0 = pos0;
+  args.k = kv_->k(n.layer);
+  args.v = kv_->v(n.layer);
+  args.kv_type = kv_->type();
+  args.kv_stride_bytes = (int64_t)kv_->row_bytes();
+  args.n_head = sh.n_head;
+  args.n_head_kv = sh.n_head_kv;
+  args.head_dim = sh.head_dim;
+  args.scale = sh.attn_scale;
+  args.window = sh.window;
+  args.out = out;
+  args.out_stride = ldo;
+  args.k_new = kv_->staged_k(n.layer);
+  args.v_new = kv_->staged_v(n.layer);
+  args.new_stride = sh.kv_dim();
+  // Tasks = (part of a kv group) x (block of query tokens): a task's heads
+  // share one kv head, so the kernel reads and converts each K/V row once
+  // for all of them.  Groups are split in two only when whole groups would
+  // leave threads idle (e.g. 3 kv groups on 2 threads); later query blocks
+  // see more keys, so they are handed out first.
+  const int n_thr = pool_.size(), n_kv = sh.n_head_kv, group = sh.n_head / n_kv;
+  const int parts = (n_thr > 1 && n_kv % n_thr != 0 && n_kv < 2 * n_thr && group > 1) ? 2 : 1;
+  // One query token per task in forward_as_decode: n_q = 1 takes the decode
+  // path, whose sums then match a one-token forward's exactly.
+  const int32_t qb = attention_per_token_ ? 1 : m <= 32 ? m : 32;
+  const int64_t n_qb = (m + qb - 1) / qb, n_units = (int64_t)n_kv * parts;
+  float* scratch = attn_scratch_;
+  const size_t per = plan_.attn_scratch_floats;
+  pool_.parallel_for(n_units * n_qb, [&](int64_t task, int thread) {
+    const int64_t blk = n_qb - 1 - task / n_units, u = task % n_units;
+    const int g = (int)(u / parts), part = (int)(u % parts);
+    const int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
+    kernels::AttentionArgs la = args;
+    const int32_t t0 = (int32_t)blk * qb;
+    la.n_q = std::min(qb, m - t0);
+    la.pos0 = pos0 + t0;
+    la.q = args.q + (int64_t)t0 * args.q_stride;
+    la.out = args.out + (int64_t)t0 * args.out_stride;
+    la.n_new_before = t0;  // the block's earlier staged rows stay visible
+    ops.attention(la, h0, h1, scratch + (size_t)thread * per);
+  });
 }
 
 }  // namespace lilims::graph

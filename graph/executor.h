@@ -31,6 +31,14 @@ class Executor {
   // Commits may still run when it returns (async); anything that reads the
   // cache itself calls sync() first.
   void forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits, bool all_logits);
+  // forward() with the arithmetic of running the tokens one
+  // at a time: each token's logits are bit-identical to what a one-token
+  // forward at its position gives.  A block's attention otherwise tiles its
+  // query tokens together, summing in another order than decode's per-head
+  // lanes; the matmuls already give each token the same sums either way.
+  // For verifying drafted tokens (speculative decoding).
+  void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
+                         bool all_logits);
 
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return plan_; }
@@ -49,6 +57,7 @@ class Executor {
   void block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits, bool all_logits);
   void run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
            const int32_t* tokens, bool all_logits);
+  void attention(const Node& n, int32_t m, int32_t pos0);
   void round_staged(int layer, int32_t m);
   float* ptr(int t) const { return base_[(size_t)t]; }
   int64_t ld(int t) const { return stride_[(size_t)t]; }
@@ -69,6 +78,7 @@ class Executor {
   const quant::TypeTraits* embed_traits_ = nullptr;
   size_t embed_row_bytes_ = 0;
   const quant::TypeTraits* q8_0_traits_ = nullptr;
+  bool attention_per_token_ = false;  // set for the life of forward_as_decode
 };
 
 }  // namespace lilims::graph

@@ -688,6 +688,7 @@ lilims_generate_params lilims_generate_default_params(void) {
   p.parse_special = 1;
   p.context_policy = LILIMS_CONTEXT_STOP;
   p.n_keep = -1;
+  p.jump_forward = 1;
   return p;
 }
 
@@ -762,6 +763,10 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       opt.n_keep = params->n_keep < 0 ? -1 : params->n_keep;
       reuse_prefix = params->reuse_prefix != 0;
     }
+    if (LILIMS_HAS_FIELD(params, lilims_generate_params, jump_forward)) {
+      opt.jump_forward = params->jump_forward != 0;
+    }
+    if (LILIMS_HAS_FIELD(params, lilims_generate_params, n_draft)) opt.n_draft = params->n_draft;
     if (params->on_token) {
       const lilims_token_callback cb = params->on_token;
       void* ud = params->user_data;
@@ -794,6 +799,11 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
         out_stats->n_reused_tokens = r.n_reused_tokens;
         out_stats->n_context_shifts = r.n_shifts;
         out_stats->peak_resident_bytes = r.peak_resident_bytes;
+      }
+      if (LILIMS_HAS_FIELD(out_stats, lilims_generate_stats, n_accepted_tokens)) {
+        out_stats->n_forced_tokens = r.n_forced;
+        out_stats->n_drafted_tokens = r.n_drafted;
+        out_stats->n_accepted_tokens = r.n_accepted;
       }
     }
     return LILIMS_OK;

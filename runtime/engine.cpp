@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/memory_info.h"
 #include "runtime/json_constraint.h"
+#include "runtime/speculative.h"
 #include "runtime/stop_strings.h"
 #include "tokenizer/chat.h"
 
@@ -276,14 +277,33 @@ void Session::eval_impl(const std::vector<int32_t>& tokens) {
 
 void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
   Call call(*this);
+  eval_block_impl(tokens, &logits, false);
+}
+
+void Session::eval_all_logits_as_decode(const std::vector<int32_t>& tokens,
+                                        std::vector<float>& logits) {
+  Call call(*this);
+  eval_block_impl(tokens, &logits, true);
+}
+
+void Session::eval_block_impl(const std::vector<int32_t>& tokens, std::vector<float>* all,
+                              bool as_decode) {
   check_tokens(tokens_.size(), tokens);
   const int32_t n_vocab = model_.hparams().n_vocab;
-  logits.resize(tokens.size() * (size_t)n_vocab);
-  exec_->forward(tokens.data(), (int32_t)tokens.size(), (int32_t)tokens_.size(), logits.data(),
-                true);
+  float* out = logits_.data();
+  if (all) {
+    all->resize(tokens.size() * (size_t)n_vocab);
+    out = all->data();
+  }
+  const int32_t n = (int32_t)tokens.size(), pos0 = (int32_t)tokens_.size();
+  if (as_decode) {
+    exec_->forward_as_decode(tokens.data(), n, pos0, out, all != nullptr);
+  } else {
+    exec_->forward(tokens.data(), n, pos0, out, all != nullptr);
+  }
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   if (!tokens.empty()) {
-    std::copy(logits.end() - n_vocab, logits.end(), logits_.begin());
+    if (all) std::copy(all->end() - n_vocab, all->end(), logits_.begin());
     has_logits_ = true;
   }
 }
@@ -386,6 +406,10 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   check_tokens(keep, prompt);
   check_logit_bias(opt.sampling.logit_bias, model_.hparams().n_vocab);
   StopStrings stops(opt.stop);
+  if (opt.n_draft < 0 || opt.n_draft > kMaxDraft) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] n_draft " + std::to_string(opt.n_draft) +
+                                                 " is outside 0.." + std::to_string(kMaxDraft));
+  }
   if (!stops.empty() && (opt.json || !opt.json_schema.empty())) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
                 "[generate] stop strings do not apply to json or json_schema output: it ends "
@@ -445,34 +469,97 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   std::vector<uint8_t> allowed(schema ? (size_t)n_vocab : 0);
   const std::string banned_note =
       opt.sampling.logit_bias.empty() ? "" : " that the logit bias does not ban";
-  for (int32_t i = 0; opt.max_tokens <= 0 || i < opt.max_tokens; ++i) {
+  const auto banned = [&](int32_t id) {
+    for (const auto& [t, b] : opt.sampling.logit_bias) {
+      if (t == id && b == -INFINITY) return true;
+    }
+    return false;
+  };
+  // Prompt-lookup drafts evaluated after the last token taken: in the KV
+  // cache beyond the sequence decoding without drafts would hold there.
+  std::vector<int32_t> pending;
+  std::vector<float> block_logits;    // a verification block's rows
+  const float* cur = logits_.data();  // logits after the sequence's last token
+  std::vector<int32_t> recent;        // the sequence without pending (repetition penalty)
+  const auto n_seq = [&] { return tokens_.size() - pending.size(); };
+  const auto drop_pending = [&] {
+    std::copy(cur, cur + n_vocab, logits_.begin());
+    truncate_impl((int32_t)n_seq());
+    has_logits_ = true;
+    pending.clear();
+    cur = logits_.data();
+  };
+  // A token joins the output: streamed, counted, fed to the constraints.
+  enum class Took { go, callback, ended };  // ended: r.stop says why; the token is not evaluated
+  const auto take = [&](int32_t next) {
+    const bool first = r.tokens.empty();
+    r.tokens.push_back(next);
+    sampler.accept(next);
+    std::string piece = decoder.push(next);
+    // SentencePiece marks word starts with a space; the first word after BOS
+    // has none to show (llama2.c and llama.cpp strip it too).
+    if (first && n_seq() > 0 && tokens_[n_seq() - 1] == tk.bos() && !piece.empty() &&
+        piece[0] == ' ' && tk.vocab_type() == tok::VocabType::kSpm) {
+      piece.erase(0, 1);
+    }
+    if (!stops.empty()) piece = stops.push(piece);
+    r.text += piece;
+    const bool stop = opt.on_token && opt.on_token(next, piece);
+    if (stops.matched()) {  // like an end of generation: the last token is not evaluated
+      r.stop = StopReason::stop_string;
+      return Took::ended;
+    }
+    if (opt.json) {
+      json.feed(model_.pieces()[(size_t)next]);
+      if (json.complete()) {
+        r.stop = StopReason::end_of_generation;
+        return Took::ended;
+      }
+    }
+    if (schema) {
+      schema->advance(next);
+      if (schema->complete()) {
+        r.stop = StopReason::end_of_generation;
+        return Took::ended;
+      }
+    }
+    return stop ? Took::callback : Took::go;
+  };
+  std::vector<int32_t> block;  // tokens taken but not yet evaluated
+  while (opt.max_tokens <= 0 || (int32_t)r.tokens.size() < opt.max_tokens) {
+    const int32_t i = (int32_t)r.tokens.size();
     if (cancel_requested()) {
       r.stop = StopReason::cancelled;
       break;
+    }
+    const std::vector<int32_t>* history = &tokens_;
+    if (!pending.empty() && opt.sampling.repeat_penalty != 1.0f) {
+      recent.assign(tokens_.begin(), tokens_.begin() + (ptrdiff_t)n_seq());
+      history = &recent;
     }
     int32_t next;
     if (opt.json) {
       // The sampler filters only the tokens this accepts, so top-k, top-p and
       // min-p cannot remove every way to close.
-      left = room(i, tokens_.size());
-      next = sampler.sample(logits_.data(), n_vocab, tokens_, nullptr, &accept_json);
+      left = room(i, n_seq());
+      next = sampler.sample(cur, n_vocab, *history, nullptr, &accept_json);
       if (next < 0) {
         throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
                     "[generate] no token continues the JSON output" + banned_note);
       }
     } else if (schema) {
-      left = room(i, tokens_.size());
+      left = room(i, n_seq());
       const auto tm = std::chrono::steady_clock::now();
       schema->fill_mask(allowed.data());
       if (schema->may_end() && tk.eos() >= 0) allowed[(size_t)tk.eos()] = 1;
       r.mask_seconds += seconds_since(tm);
-      next = sampler.sample(logits_.data(), n_vocab, tokens_, allowed.data(), &accept_schema);
+      next = sampler.sample(cur, n_vocab, *history, allowed.data(), &accept_schema);
       if (next < 0) {
         throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
                     "[generate] no token continues the schema's value" + banned_note);
       }
     } else {
-      next = sampler.sample(logits_.data(), n_vocab, tokens_);
+      next = sampler.sample(cur, n_vocab, *history);
     }
     if (i == 0) {
       t_first = std::chrono::steady_clock::now();
@@ -482,60 +569,92 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       r.stop = StopReason::end_of_generation;
       break;
     }
-    r.tokens.push_back(next);
-    sampler.accept(next);
-    std::string piece = decoder.push(next);
-    // SentencePiece marks word starts with a space; the first word after BOS
-    // has none to show (llama2.c and llama.cpp strip it too).
-    if (i == 0 && !tokens_.empty() && tokens_.back() == tk.bos() && !piece.empty() &&
-        piece[0] == ' ' && tk.vocab_type() == tok::VocabType::kSpm) {
-      piece.erase(0, 1);
+    Took took = take(next);
+    if (took == Took::ended) break;
+    block.clear();
+    if (!pending.empty() && pending.front() == next) {  // drafted, evaluated already
+      // Without drafts its evaluation would see the cancel and leave it out.
+      if (cancel_requested()) {
+        r.stop = StopReason::cancelled;
+        break;
+      }
+      pending.erase(pending.begin());
+      ++r.n_accepted;
+      cur += n_vocab;
+    } else {
+      if (!pending.empty()) drop_pending();
+      block.push_back(next);
     }
-    if (!stops.empty()) piece = stops.push(piece);
-    r.text += piece;
-    bool stop = opt.on_token && opt.on_token(next, piece);
-    if (stops.matched()) {  // like an end of generation: the last token is not evaluated
-      r.stop = StopReason::stop_string;
-      break;
+    bool ended = false;
+    if (schema && opt.jump_forward && took == Took::go) {
+      std::vector<int32_t> forced = forced_tokens(*schema, tk, model_.pieces(), kMaxForcedBytes);
+      // Within the cap, and within the context: a value never shifts it.
+      int64_t most = (int64_t)exec_->n_ctx() - (int64_t)(n_seq() + block.size());
+      if (opt.max_tokens > 0) most = std::min<int64_t>(most, opt.max_tokens - (int64_t)r.tokens.size());
+      if ((int64_t)forced.size() > most) forced.resize((size_t)std::max<int64_t>(0, most));
+      for (int32_t f : forced) {
+        // What sampling would check of the token: allowed, and room to close after it.
+        left = room((int32_t)r.tokens.size(), n_seq() + block.size());
+        if (banned(f) || !schema->accepts_within(f, left - 1)) break;
+        if (!pending.empty()) drop_pending();
+        ++r.n_forced;
+        took = take(f);
+        if (took == Took::ended) {
+          ended = true;
+          break;
+        }
+        block.push_back(f);
+        if (took == Took::callback) break;
+      }
     }
-    if (opt.json) {
-      json.feed(model_.pieces()[(size_t)next]);
-      if (json.complete()) {
-        r.stop = StopReason::end_of_generation;
+    if (!block.empty()) {
+      // A token joins the sequence even when generation ends here, so that a
+      // later call continues from the text the caller has seen.
+      const bool full = tokens_.size() >= (size_t)exec_->n_ctx();
+      if (full && (opt.context_policy == ContextPolicy::stop || opt.json || schema)) {
+        r.stop = StopReason::context_full;
+        break;
+      }
+      try {
+        if (full) {
+          shift_context(n_keep, next);
+          ++r.n_shifts;
+          cur = logits_.data();
+        } else {
+          std::vector<int32_t> draft;
+          if (opt.n_draft > 0 && !ended && took == Took::go) {
+            int64_t k = std::min<int64_t>(opt.n_draft, (int64_t)exec_->n_ctx() -
+                                                           (int64_t)(tokens_.size() + block.size()));
+            if (opt.max_tokens > 0) k = std::min<int64_t>(k, opt.max_tokens - (int64_t)r.tokens.size());
+            if (k > 0) draft = draft_tokens(tokens_, tokens_.size(), block, (int32_t)k);
+          }
+          if (block.size() == 1 && draft.empty()) {
+            eval_impl(block);
+            cur = logits_.data();
+          } else {
+            // One block, each position computed as one-token decoding would.
+            if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
+            const size_t taken = block.size();
+            block.insert(block.end(), draft.begin(), draft.end());
+            eval_block_impl(block, draft.empty() ? nullptr : &block_logits, true);
+            pending = draft;
+            r.n_drafted += (int32_t)draft.size();
+            cur = draft.empty() ? logits_.data() : block_logits.data() + (taken - 1) * n_vocab;
+          }
+        }
+      } catch (const Error& e) {
+        if (e.status() != LILIMS_ERR_CANCELLED) throw;
+        r.stop = StopReason::cancelled;
         break;
       }
     }
-    if (schema) {
-      schema->advance(next);
-      if (schema->complete()) {
-        r.stop = StopReason::end_of_generation;
-        break;
-      }
-    }
-    // The token joins the sequence even when generation ends here, so that a
-    // later call continues from the text the caller has seen.
-    const bool full = tokens_.size() >= (size_t)exec_->n_ctx();
-    if (full && (opt.context_policy == ContextPolicy::stop || opt.json || schema)) {
-      r.stop = StopReason::context_full;
-      break;
-    }
-    try {
-      if (full) {
-        shift_context(n_keep, next);
-        ++r.n_shifts;
-      } else {
-        eval_impl({next});
-      }
-    } catch (const Error& e) {
-      if (e.status() != LILIMS_ERR_CANCELLED) throw;
-      r.stop = StopReason::cancelled;
-      break;
-    }
-    if (stop) {
+    if (ended) break;
+    if (took == Took::callback) {
       r.stop = StopReason::callback;
       break;
     }
   }
+  if (!pending.empty()) drop_pending();
   std::string rest;
   if (!stops.matched()) {
     rest = decoder.flush();

@@ -195,6 +195,22 @@ struct GenerateOptions {
   // positions of the context to shift.  A json / json_schema value is
   // planned to close within the context, so it never shifts.
   int32_t n_keep = -1;
+  // json_schema: where the schema allows only certain bytes next (keys,
+  // punctuation, the rest of an enum value with one choice left), append the
+  // tokenizer's tokens for them (speculative.h: forced_tokens) without
+  // sampling and evaluate them with the next token as one block.  The output
+  // is valid for the schema either way, but may differ from decoding without
+  // it: the model might have spelled the forced bytes with other tokens, and
+  // at temperature > 0 forced tokens take no random draw.
+  bool jump_forward = true;
+  // Prompt-lookup decoding: after each token, draft up to n_draft tokens
+  // from an earlier occurrence of the latest tokens in the sequence (prompt
+  // and output), evaluate them with it in one block, and keep those the
+  // sampler then picks; the rest leave the KV cache.  Each position's logits
+  // are bit-identical to one-token decoding (forward_as_decode) and each
+  // token is sampled as without drafts, so the output, the streamed text and
+  // the session afterwards are the same, for any sampling settings.  0: off.
+  int32_t n_draft = 0;
 };
 
 struct GenerateResult {
@@ -209,6 +225,9 @@ struct GenerateResult {
   double generate_seconds = 0.0;     // from the first token sampled to the end
   double mask_seconds = 0.0;  // computing schema token masks (part of generate_seconds)
   int32_t n_shifts = 0;       // context shifts (ContextPolicy::shift)
+  int32_t n_forced = 0;       // tokens appended by jump_forward, unsampled (part of tokens)
+  int32_t n_drafted = 0;      // tokens drafted and evaluated for verification (n_draft)
+  int32_t n_accepted = 0;     // drafted tokens the sampler picked (part of tokens)
   // The process's peak resident memory when the call ended (VmHWM, see
   // base/memory_info.h: whole process, model mapping included, never lower
   // than an earlier call's); 0 when the platform does not tell.
@@ -241,6 +260,9 @@ class Session {
   // Logits for every position of `tokens` appended now (n * n_vocab), for
   // perplexity and numerics tests.
   void eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits);
+  // Same, each position's logits bit-identical to evaluating the tokens one
+  // at a time (graph::Executor::forward_as_decode): how drafts are verified.
+  void eval_all_logits_as_decode(const std::vector<int32_t>& tokens, std::vector<float>& logits);
   const std::vector<float>& logits() const { return logits_; }  // of the last token
   bool has_logits() const { return has_logits_; }
 
@@ -313,6 +335,9 @@ class Session {
   static constexpr uint32_t kBusy = 1, kCancel = 2;
 
   void eval_impl(const std::vector<int32_t>& tokens);
+  // Every position's logits into *all (and the last's into logits_), or
+  // with all null the last's only.
+  void eval_block_impl(const std::vector<int32_t>& tokens, std::vector<float>* all, bool as_decode);
   void truncate_impl(int32_t n);
   // Generates after keeping the first `keep` tokens of the sequence and
   // appending `prompt`; validates everything before changing anything.

@@ -219,4 +219,25 @@ bool SchemaConstraint::advance(int32_t id) {
   return true;
 }
 
+std::string SchemaConstraint::forced_bytes(size_t max) {
+  const Grammar& g = schema_->grammar();
+  std::string out;
+  GrammarMatcher::State s = state_, next;
+  while (out.size() < max && !s.ended) {
+    int only = -1;
+    for (int32_t top : s.tops) {
+      for (const Grammar::ByteEdge& e : g.nodes[(size_t)m_.node_of(top)].bytes) {
+        if (e.lo != e.hi || (only >= 0 && only != e.lo)) return out;
+        only = e.lo;
+      }
+    }
+    if (only < 0) break;
+    m_.step(s, (uint8_t)only, &next);
+    if (GrammarMatcher::dead(next)) break;
+    out.push_back((char)only);
+    std::swap(s, next);
+  }
+  return out;
+}
+
 }  // namespace lilims::runtime

@@ -119,6 +119,10 @@ class SchemaConstraint {
   // The value is complete but could go on (a top-level number).
   bool may_end() const { return state_.ended; }
   int64_t tokens_to_close() const { return m_.min_completion(state_, schema_->dist()); }
+  // The bytes every valid continuation starts with (at most `max`): while
+  // exactly one byte may follow and the value cannot end, that byte.
+  std::string forced_bytes(size_t max);
+  const CompiledSchema& compiled() const { return *schema_; }
 
  private:
   std::shared_ptr<const CompiledSchema> schema_;

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "kernels/cpu.h"
+#include "runtime/speculative.h"
 #include "tools/cli.h"
 
 namespace lilims::tools {
@@ -129,7 +130,12 @@ const char* const kGenerationHelp =
     "                         after the kept start and go on (default: stop; with -n -1\n"
     "                         generation then runs until the model ends the text)\n"
     "  --keep N               tokens --context-shift keeps at the start (default: the system\n"
-    "                         turn in chat, else the BOS token)\n";
+    "                         turn in chat, else the BOS token)\n"
+    "  --draft N              prompt-lookup decoding: draft up to N tokens (1 to 64) from\n"
+    "                         earlier text and verify them in one step; the output is\n"
+    "                         the same as without (default 0: off)\n"
+    "  --no-jump-forward      with --json-schema / --tools, sample every token instead of\n"
+    "                         appending the bytes the schema forces in one step\n";
 
 bool parse_generation(const std::string& a, const std::function<const char*()>& next,
                       runtime::GenerateOptions& g) {
@@ -157,6 +163,10 @@ bool parse_generation(const std::string& a, const std::function<const char*()>& 
     g.context_policy = runtime::ContextPolicy::shift;
   } else if (a == "--keep") {
     g.n_keep = (int32_t)cli::parse_int("--keep", next(), 0, kMaxCtx);
+  } else if (a == "--draft") {
+    g.n_draft = (int32_t)cli::parse_int("--draft", next(), 0, runtime::kMaxDraft);
+  } else if (a == "--no-jump-forward") {
+    g.jump_forward = false;
   } else {
     return false;
   }
@@ -177,6 +187,10 @@ void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Ses
   if (r.mask_seconds > 0) {
     std::fprintf(out, "[lilims] schema masks: %.3f s (%.1f us per token)\n", r.mask_seconds,
                  n > 0 ? 1e6 * r.mask_seconds / n : 0.0);
+  }
+  if (r.n_forced > 0 || r.n_drafted > 0) {
+    std::fprintf(out, "[lilims] jump-forward: %d tokens forced | drafts: %d of %d accepted\n",
+                 r.n_forced, r.n_accepted, r.n_drafted);
   }
 }
 

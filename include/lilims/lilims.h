@@ -453,6 +453,20 @@ typedef struct lilims_generate_params {
    * only the rest is evaluated (stats.n_reused_tokens).  0 (the default):
    * the prompt is appended after the session's tokens. */
   int32_t reuse_prefix;
+  /* json_schema / tools: where the schema allows only certain bytes next
+   * (keys, punctuation, the rest of an enum value with one choice left),
+   * append the tokenizer's tokens for them without sampling and evaluate
+   * them in one block (stats.n_forced_tokens).  The output is valid for the
+   * schema either way; the forced bytes may be spelled with other tokens than
+   * the model would have picked, so the text can differ from decoding without
+   * it.  1 (the default) = on, 0 = off. */
+  int32_t jump_forward;
+  /* Prompt-lookup decoding: after each token, draft up to n_draft (at most
+   * 64) tokens from an earlier occurrence of the latest tokens in the prompt
+   * and output, verify them in one block and keep those sampling picks.  The
+   * output is identical to n_draft 0 for every sampling setting; it is faster
+   * when the answer copies from the prompt.  0 (the default) = off. */
+  int32_t n_draft;
 } lilims_generate_params;
 
 lilims_generate_params lilims_generate_default_params(void);
@@ -483,6 +497,9 @@ typedef struct lilims_generate_stats {
    * VmHWM / getrusage ru_maxrss): the whole process, mapped model weights
    * included, and never lower than at an earlier call.  0 when unknown. */
   uint64_t peak_resident_bytes;
+  int32_t n_forced_tokens;   /* jump_forward: tokens appended unsampled (part of n_generated_tokens) */
+  int32_t n_drafted_tokens;  /* n_draft: tokens drafted and evaluated for verification */
+  int32_t n_accepted_tokens; /* n_draft: drafted tokens kept (part of n_generated_tokens) */
 } lilims_generate_stats;
 
 /* Appends the prompt (raw text, tokenized here; may be empty) to the session,
