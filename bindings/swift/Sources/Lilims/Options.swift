@@ -199,12 +199,15 @@ public struct MemoryReport: Sendable {
 /// template has no tool syntax of its own.
 public func toolsPrompt(_ tools: [Tool]) throws -> String {
   let owned = CTools(tools)
-  let bytes: [CChar] = try withExtendedLifetime(owned) {
-    try readArray { buffer, capacity, count in
-      lilims_tools_prompt(owned.tools, owned.tools.count, buffer, capacity, &count)
-    }
+  return try withExtendedLifetime(owned) {
+    var count = 0
+    let sizeStatus = lilims_tools_prompt(owned.tools, owned.tools.count, nil, 0, &count)
+    if sizeStatus != LILIMS_OK && count == 0 { throw LilimsError(sizeStatus) }
+    // The size leaves out the terminating NUL, which lilims writes too.
+    var bytes = [CChar](repeating: 0, count: count + 1)
+    try check(lilims_tools_prompt(owned.tools, owned.tools.count, &bytes, bytes.count, &count))
+    return String(decoding: bytes[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
-  return String(decoding: bytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 /// A String copied into C memory that lives as long as this object.
