@@ -64,6 +64,9 @@ void usage() {
       "  --chunk-layers K       transformer blocks per execution chunk (default 3)\n"
       "  --kv-commit MODE       new K/V rows reach the cache sync or async (default sync)\n"
       "  --no-mmap              read the model into memory instead of mapping it\n"
+      "  --memory-budget BYTES  memory the model and the session may take together (suffix\n"
+      "                         K, M, G: KiB, MiB, GiB); refused, with the bytes needed,\n"
+      "                         when they do not fit; without -c, the longest context that fits\n"
       "  -q, --quiet            no statistics on stderr\n"
       "  -v, --verbose          also time to first token, reused prompt tokens, context\n"
       "                         shifts and the process's peak resident memory on stderr\n",
@@ -158,7 +161,7 @@ int run_main(int argc, char** argv) {
     }
     const bool constrained = gen.json || !gen.json_schema.empty();
     auto model = tools::open_model(common);
-    runtime::Session session(*model, common.session_options());
+    runtime::Session session(*model, common.session_options(*model));
     if (!load_state.empty()) {
       session.load_state_file(load_state);
       if (!quiet) {
