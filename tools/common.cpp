@@ -99,7 +99,8 @@ uint64_t parse_bytes(const char* flag, const char* text) {
     }
     if (scale > 1) digits.pop_back();
   }
-  const std::string expected = std::string(flag) + " expects a byte count (digits, then K, M or G), got '" + text + "'";
+  const std::string expected =
+      std::string(flag) + " expects a byte count (digits, then K, M or G), got '" + text + "'";
   if (digits.empty()) throw std::invalid_argument(expected);
   uint64_t v = 0;
   try {
@@ -107,7 +108,9 @@ uint64_t parse_bytes(const char* flag, const char* text) {
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument(expected);
   }
-  if (v > UINT64_MAX / scale) throw std::invalid_argument(std::string(flag) + " is too large: '" + text + "'");
+  if (v > UINT64_MAX / scale) {
+    throw std::invalid_argument(std::string(flag) + " is too large: '" + text + "'");
+  }
   return v * scale;
 }
 
