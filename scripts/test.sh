@@ -27,6 +27,7 @@ scripts/test_install.sh build
 if command -v swift >/dev/null; then
   stage "Swift package (bindings/swift) against the release build's liblilims.a"
   swift test --package-path bindings/swift -Xlinker -L"$PWD/build"
+  scripts/test_swift_readme.sh build
 else
   stage "Swift package: skipped, no swift on PATH"
 fi

@@ -4,7 +4,8 @@
 # project, pkg-config with plain cc, and the module map from swiftc (when
 # `swift` is on PATH).  Each build runs on stories260K and must print what
 # `lilims run` prints for the same greedy prompt.  Then the README's C
-# example is compiled from the README itself and run.
+# example is compiled from the README itself and run.  The installed
+# archive exports only lilims' own symbols (scripts/check_symbols.sh).
 #   scripts/test_install.sh [BUILD_DIR]   (default build; liblilims.a and the CLI built there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,7 @@ pc=$(find "$prefix" -name lilims.pc 2>/dev/null || true)
 [ -n "$pc" ] || { echo "cmake --install put no lilims.pc under $prefix" >&2; exit 1; }
 pcdir=$(dirname "$pc")
 libdir=$(dirname "$pcdir")
+scripts/check_symbols.sh "$libdir/liblilims.a"
 
 prompt="Once upon a time"
 n=24

@@ -33,7 +33,7 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: lilims bench [-m MODEL.gguf] [-p 128,512] [-n 64,128] [-t 1,2] [-r N]\n"
                "                    [--seed S] [--json] [--kv-commit LIST] [--chunk-layers K]\n"
-               "                    [--kv-type f16|q8_0|f32]\n"
+               "                    [--kv-type f16|q8_0|f32] [--memory-budget BYTES]\n"
                "  -p LIST   prompt lengths (tokens) to prefill, 1..65536 (default 512)\n"
                "  -n LIST   tokens to decode after the prompt, 1..65536 (default 128)\n"
                "  -t LIST   thread counts, 1..256 (default: the hardware threads)\n"
@@ -45,6 +45,8 @@ void usage(FILE* out) {
                "            (never committed: the timing without the commit, wrong results;\n"
                "            benchmarks only); default: the runtime's default\n"
                "  --chunk-layers K  transformer blocks per execution chunk (default 3)\n"
+               "  --memory-budget BYTES  memory the model and each configuration's session\n"
+               "            may take together (suffix K, M, G); refused when they do not fit\n"
                "Every combination of -p, -n and -t is one configuration.  Figures: prefill\n"
                "tokens/s (pp), decode tokens/s after the prompt (tg), time to first token\n"
                "(prefill + choosing the first token), model load time (once per process) and\n"
@@ -114,7 +116,7 @@ Options parse_options(int argc, char** argv) {
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
-    } else if (a == "--chunk-layers" || a == "--kv-type") {
+    } else if (a == "--chunk-layers" || a == "--kv-type" || a == "--memory-budget") {
       const std::string v = next();
       o.common.parse(a, [&]() { return v.c_str(); });
     } else {
@@ -276,7 +278,7 @@ Row bench_config(const runtime::Model& model, const Config& cfg, const Options& 
   for (auto& t : prompt) t = pick(rng);
   for (auto& t : gen_ids) t = pick(rng);
 
-  runtime::SessionOptions so = o.common.session_options();
+  runtime::SessionOptions so = o.common.session_options(model);
   so.kv_commit = cfg.commit;
   so.n_threads = cfg.threads;
   so.n_ctx = cfg.n_prompt + cfg.n_gen;

@@ -26,7 +26,8 @@ void usage() {
       "  -n N (max tokens per answer, default 512), --template NAME, --temp T,\n"
       "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, -s/--seed S,\n"
       "  -t THREADS, -c/--ctx-size CTX, --ctx-beyond-train, --kv-type f16|q8_0|f32,\n"
-      "  --exec fast|ref|oracle, --no-mmap,\n"
+      "  --exec fast|ref|oracle, --no-mmap, --memory-budget BYTES (model and session;\n"
+      "  suffix K, M, G),\n"
       "  --chunk-layers K, --kv-commit sync|async\n"
       "  --parse-special-in-prompt  special-token text in messages becomes special tokens\n"
       "                             (by default it is plain text: only the template's\n"
@@ -100,7 +101,7 @@ int chat_main(int argc, char** argv) {
     if (tmpl.empty()) {
       return cli::fail("chat", "the model has no chat template lilims knows; use --template NAME");
     }
-    runtime::Session session(*model, common.session_options());
+    runtime::Session session(*model, common.session_options(*model));
     std::vector<tok::ChatMessage> history;
     if (!system_prompt.empty()) history.push_back({"system", system_prompt});
     const bool shift = gen.context_policy == runtime::ContextPolicy::shift;

@@ -31,7 +31,7 @@ const char kUsage[] =
 int inspect_plan(const lilims::tools::CommonArgs& common) {
   const auto model = lilims::tools::open_model(common);
   const lilims::runtime::PlannedSession ps =
-      lilims::runtime::plan_session(*model, common.session_options());
+      lilims::runtime::plan_session(*model, common.session_options(*model));
   std::printf("model: %s (%s, %d layers)\n", common.model_path.c_str(),
               lilims::models::arch_name(model->hparams().arch), model->hparams().n_layer);
   std::fputs(ps.plan.describe(ps.graph).c_str(), stdout);

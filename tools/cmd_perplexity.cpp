@@ -25,6 +25,7 @@ void usage(FILE* out) {
                "usage: lilims perplexity [-m MODEL.gguf] -f TEXT [-c CTX] [-t THREADS]\n"
                "       [--chunks N] [--exec fast|ref|oracle] [--kv-type f16|q8_0|f32] [--no-mmap]\n"
                "       [--chunk-layers K] [--kv-commit sync|async] [--no-progress]\n"
+               "       [--memory-budget BYTES (model and session; suffix K, M, G)]\n"
                "Progress goes to stderr (a live line on a terminal, else a line every 5 seconds;\n"
                "--no-progress: none); the result is the one line \"ppl = X\" on stdout.\n");
 }
@@ -68,7 +69,7 @@ int perplexity_main(int argc, char** argv) {
     if (!text.empty() && text.back() == '\n') text.pop_back();
     auto model = tools::open_model(common);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, true, false);
-    runtime::Session session(*model, common.session_options());
+    runtime::Session session(*model, common.session_options(*model));
     const int64_t whole = (int64_t)tokens.size() / common.n_ctx;
     const int64_t n_chunks = max_chunks > 0 ? std::min<int64_t>(whole, max_chunks) : whole;
     if (progress) {

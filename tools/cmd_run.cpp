@@ -66,6 +66,9 @@ void usage() {
       "  --no-mmap              read the model into memory instead of mapping it\n"
       "  --manifest FILE        refuse the model unless it matches FILE (`lilims manifest`)\n"
       "  --manifest-file-hash   with --manifest: also check the whole file's hash\n"
+      "  --memory-budget BYTES  memory the model and the session may take together (suffix\n"
+      "                         K, M, G: KiB, MiB, GiB); refused, with the bytes needed,\n"
+      "                         when they do not fit; without -c, the longest context that fits\n"
       "  -q, --quiet            no statistics on stderr\n"
       "  -v, --verbose          also time to first token, reused prompt tokens, context\n"
       "                         shifts and the process's peak resident memory on stderr\n",
@@ -160,7 +163,7 @@ int run_main(int argc, char** argv) {
     }
     const bool constrained = gen.json || !gen.json_schema.empty();
     auto model = tools::open_model(common);
-    runtime::Session session(*model, common.session_options());
+    runtime::Session session(*model, common.session_options(*model));
     if (!load_state.empty()) {
       session.load_state_file(load_state);
       if (!quiet) {

@@ -53,13 +53,16 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
     manifest_path = next();
   } else if (a == "--manifest-file-hash") {
     manifest_file_hash = true;
+  } else if (a == "--memory-budget") {
+    memory_budget = parse_bytes("--memory-budget", next());
+    if (memory_budget == 0) throw std::invalid_argument("--memory-budget must be above 0");
   } else {
     return false;
   }
   return true;
 }
 
-runtime::SessionOptions CommonArgs::session_options() const {
+runtime::SessionOptions CommonArgs::session_options(const runtime::Model& model) const {
   runtime::SessionOptions o;
   o.n_threads = n_threads;
   o.n_ctx = n_ctx;
@@ -68,7 +71,52 @@ runtime::SessionOptions CommonArgs::session_options() const {
   o.allow_ctx_beyond_train = ctx_beyond_train;
   o.chunk_layers = chunk_layers;
   o.kv_commit = kv_commit;
+  if (memory_budget == 0) return o;
+  // What the model holds whatever the context (its per-position embedding
+  // rows are part of the session's estimate).
+  const graph::ModelMemory mm = model.memory(0);
+  const uint64_t taken = mm.weights_mapped + mm.weights_heap + mm.host;
+  const std::string budget = "--memory-budget of " + std::to_string(memory_budget) + " bytes";
+  if (taken >= memory_budget) {
+    throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] the model takes " + std::to_string(taken) +
+                                              " bytes: nothing is left of the " + budget);
+  }
+  o.memory_budget = memory_budget - taken;
+  const uint64_t need = runtime::session_memory_estimate(model, o);
+  if (need > o.memory_budget) {
+    throw Error(LILIMS_ERR_OUT_OF_MEMORY,
+                "[session] the model takes " + std::to_string(taken) + " bytes and the session " +
+                    std::to_string(need) + " more (" + std::to_string(taken + need) +
+                    " bytes in all), over the " + budget);
+  }
   return o;
+}
+
+uint64_t parse_bytes(const char* flag, const char* text) {
+  std::string digits = text;
+  uint64_t scale = 1;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': scale = 1ull << 10; break;
+      case 'M': case 'm': scale = 1ull << 20; break;
+      case 'G': case 'g': scale = 1ull << 30; break;
+      default: break;
+    }
+    if (scale > 1) digits.pop_back();
+  }
+  const std::string expected =
+      std::string(flag) + " expects a byte count (digits, then K, M or G), got '" + text + "'";
+  if (digits.empty()) throw std::invalid_argument(expected);
+  uint64_t v = 0;
+  try {
+    v = cli::parse_u64(flag, digits.c_str());
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(expected);
+  }
+  if (v > UINT64_MAX / scale) {
+    throw std::invalid_argument(std::string(flag) + " is too large: '" + text + "'");
+  }
+  return v * scale;
 }
 
 std::string default_model_path() {
@@ -94,6 +142,7 @@ std::unique_ptr<runtime::Model> open_model(const CommonArgs& args) {
   }
   o.manifest_path = args.manifest_path;
   o.manifest_file_hash = args.manifest_file_hash;
+  o.memory_budget = args.memory_budget;
   return runtime::Model::open(path, o);
 }
 

@@ -29,13 +29,22 @@ struct CommonArgs {
   graph::KvCommit kv_commit = runtime::SessionOptions().kv_commit;
   std::string manifest_path;  // --manifest FILE: the model must match it
   bool manifest_file_hash = false;
+  // --memory-budget: bytes the model and the session may take together
+  // (0: what the machine has available).
+  uint64_t memory_budget = 0;
 
   // Consumes -m/-t/-c/--ctx-beyond-train/--exec/--kv-type/--chunk-layers/
-  // --kv-commit/--no-mmap/--manifest/--manifest-file-hash; `next`
-  // returns the option's value.
+  // --kv-commit/--no-mmap/--manifest/--manifest-file-hash/--memory-budget;
+  // `next` returns the option's value.
   bool parse(const std::string& arg, const std::function<const char*()>& next);
-  runtime::SessionOptions session_options() const;
+  // With a --memory-budget, the session's budget is what the model leaves of
+  // it; a session that does not fit is refused here, with both figures.
+  runtime::SessionOptions session_options(const runtime::Model& model) const;
 };
+
+// A byte count with an optional K, M or G suffix (powers of 1024): "1500000",
+// "512K", "1.5G" is refused (whole numbers only).  Throws std::invalid_argument.
+uint64_t parse_bytes(const char* flag, const char* text);
 
 // ~/.cache/lilims/models/SmolLM2-135M-Instruct.Q4_1.gguf (or $LILIMS_MODEL_DIR/...),
 // where scripts/fetch_model.sh puts it.

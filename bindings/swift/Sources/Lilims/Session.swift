@@ -1,6 +1,12 @@
 import CLilims
 import Dispatch
 
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
 /// One message of a conversation; the model's chat template formats it.
 public struct ChatMessage: Sendable {
   public var role: String  // "system", "user", "assistant"
@@ -12,55 +18,12 @@ public struct ChatMessage: Sendable {
   }
 }
 
-/// Sampling and stopping (lilims_generate_params); the defaults are lilims'.
-public struct GenerateOptions: Sendable {
-  /// Stop after this many new tokens; 0 or less: at the end of generation
-  /// or when the context is full.
-  public var maxTokens: Int
-  public var temperature: Float  // 0: greedy
-  public var topK: Int  // 0: off
-  public var topP: Float  // 1: off
-  public var minP: Float  // 0: off
-  public var repeatPenalty: Float  // 1: off
-  public var repeatLastN: Int
-  public var seed: UInt64
-  /// The output is one strictly valid JSON object; generation ends when it closes.
-  public var jsonObject: Bool
-  /// Add BOS when the session is empty and the model asks for it.
-  public var addBos: Bool
-  /// Special-token text in a prompt ("<|im_start|>") becomes special tokens.
-  public var parseSpecial: Bool
-
-  public init() {
-    let d = lilims_generate_default_params()
-    maxTokens = Int(d.max_tokens)
-    temperature = d.sampling.temperature
-    topK = Int(d.sampling.top_k)
-    topP = d.sampling.top_p
-    minP = d.sampling.min_p
-    repeatPenalty = d.sampling.repeat_penalty
-    repeatLastN = Int(d.sampling.repeat_last_n)
-    seed = d.sampling.seed
-    jsonObject = d.json_object != 0
-    addBos = d.add_bos != 0
-    parseSpecial = d.parse_special != 0
-  }
-
-  var cParams: lilims_generate_params {
-    var p = lilims_generate_default_params()
-    p.max_tokens = Int32(clamping: maxTokens)
-    p.sampling.temperature = temperature
-    p.sampling.top_k = Int32(clamping: topK)
-    p.sampling.top_p = topP
-    p.sampling.min_p = minP
-    p.sampling.repeat_penalty = repeatPenalty
-    p.sampling.repeat_last_n = Int32(clamping: repeatLastN)
-    p.sampling.seed = seed
-    p.json_object = jsonObject ? 1 : 0
-    p.add_bos = addBos ? 1 : 0
-    p.parse_special = parseSpecial ? 1 : 0
-    return p
-  }
+/// A piece of a generation's stream: text as it comes, then the figures.
+public enum GenerationEvent: Sendable {
+  /// Newly generated text, whole UTF-8 characters.
+  case text(String)
+  /// The last event of a generation that ran to its end.
+  case finished(GenerationStatistics)
 }
 
 /// A conversation with a model: its KV cache holds every token so far, and
@@ -72,19 +35,26 @@ public final class Session: @unchecked Sendable {
   public let model: Model
   let handle: OpaquePointer
   private let queue = DispatchQueue(label: "lilims.session")
+  private var statistics: GenerationStatistics?  // touched on queue only
 
-  /// contextLength 0: the model's trained context when its KV cache fits
-  /// the memory available, else the largest power of two that does;
-  /// threads 0: every core.
-  public init(model: Model, contextLength: Int = 0, threads: Int = 0) throws {
-    var params = lilims_session_default_params()
-    params.n_ctx = Int32(clamping: contextLength)
-    params.n_threads = Int32(clamping: threads)
+  /// Fails with `LilimsError.Code.outOfMemory`, before allocating, when the
+  /// KV cache and scratch exceed `options.memoryBudget` (or the memory
+  /// available); the message gives the bytes needed.
+  public init(model: Model, options: SessionOptions) throws {
+    var params = options.cParams
     var created: OpaquePointer?
     let status = lilims_session_create(model.handle, &params, &created)
     guard status == LILIMS_OK, let created else { throw LilimsError(status) }
     self.model = model
     handle = created
+  }
+
+  /// contextLength 0: the model's trained context when its KV cache fits
+  /// the memory available, else the largest power of two that does;
+  /// threads 0: every core.
+  public convenience init(model: Model, contextLength: Int = 0, threads: Int = 0) throws {
+    try self.init(model: model,
+                  options: SessionOptions(contextLength: contextLength, threads: threads))
   }
 
   deinit { lilims_session_free(handle) }
@@ -94,9 +64,80 @@ public final class Session: @unchecked Sendable {
   /// Tokens in the session once the calls made before this one are done.
   public var tokenCount: Int { queue.sync { Int(lilims_session_n_past(handle)) } }
 
+  /// The tokens the session holds, oldest first.
+  public var tokens: [Token] {
+    get throws {
+      try queue.sync {
+        try readArray { buffer, capacity, count in
+          lilims_session_tokens(handle, buffer, capacity, &count)
+        }
+      }
+    }
+  }
+
+  /// The figures of the last generation that ran to its end (after the calls
+  /// made before this one).
+  public var lastStatistics: GenerationStatistics? { queue.sync { statistics } }
+
+  /// What the session and its model hold in memory now.
+  public func memoryReport() throws -> MemoryReport {
+    try queue.sync {
+      var raw = lilims_memory_report()
+      raw.struct_size = MemoryLayout<lilims_memory_report>.size
+      try check(lilims_session_memory(handle, &raw))
+      return MemoryReport(raw)
+    }
+  }
+
   /// Forgets every token, after the calls made before this one.
   public func reset() throws {
     try queue.sync { try check(lilims_session_reset(handle)) }
+  }
+
+  /// Keeps the first `count` tokens and forgets the rest.
+  public func truncate(keeping count: Int) throws {
+    try queue.sync { try check(lilims_session_truncate(handle, Int32(clamping: count))) }
+  }
+
+  /// Runs the model over `tokens`, appended after the session's.
+  public func evaluate(_ tokens: [Token]) throws {
+    try queue.sync { try check(lilims_session_eval(handle, tokens, tokens.count)) }
+  }
+
+  /// The session's tokens, KV cache rows and last logits, to resume later
+  /// (in this process or another) with `loadState`.
+  public func saveState() throws -> Data {
+    try queue.sync {
+      var size = 0
+      try check(lilims_session_state_size(handle, &size))
+      var data = Data(count: size)
+      var written = 0
+      let status = data.withUnsafeMutableBytes {
+        lilims_session_save_state(handle, $0.baseAddress, $0.count, &written)
+      }
+      try check(status)
+      return data.prefix(written)
+    }
+  }
+
+  /// Replaces everything the session holds with a saved state; a refused
+  /// state (another model, corrupt, too long) leaves the session as it was.
+  public func loadState(_ state: Data) throws {
+    try queue.sync {
+      let status = state.withUnsafeBytes {
+        lilims_session_load_state(handle, $0.baseAddress, $0.count)
+      }
+      try check(status)
+    }
+  }
+
+  /// Saves the state to a file (written beside it, then renamed over it).
+  public func saveState(toFile path: String) throws {
+    try queue.sync { try check(lilims_session_save_state_file(handle, path)) }
+  }
+
+  public func loadState(fromFile path: String) throws {
+    try queue.sync { try check(lilims_session_load_state_file(handle, path)) }
   }
 
   /// Appends `prompt` (raw text, no chat template) and streams the text
@@ -106,7 +147,7 @@ public final class Session: @unchecked Sendable {
   public func generate(prompt: String, options: GenerateOptions = GenerateOptions())
     -> AsyncThrowingStream<String, Error>
   {
-    stream(options) { _ in prompt }
+    stream(options, text) { _ in prompt }
   }
 
   /// Appends the conversation, formatted by the model's chat template with the
@@ -115,10 +156,28 @@ public final class Session: @unchecked Sendable {
   public func generate(messages: [ChatMessage], options: GenerateOptions = GenerateOptions())
     -> AsyncThrowingStream<String, Error>
   {
-    stream(options) { handle in
+    stream(options, text) { handle in
       try Session.evalChat(handle: handle, model: self.model.handle, messages: messages,
                            addBos: options.addBos)
       return ""  // generate continues after the evaluated conversation
+    }
+  }
+
+  /// As `generate(prompt:options:)`, with the figures as the last event.
+  public func generateEvents(prompt: String, options: GenerateOptions = GenerateOptions())
+    -> AsyncThrowingStream<GenerationEvent, Error>
+  {
+    stream(options, { $0 }) { _ in prompt }
+  }
+
+  /// As `generate(messages:options:)`, with the figures as the last event.
+  public func generateEvents(messages: [ChatMessage], options: GenerateOptions = GenerateOptions())
+    -> AsyncThrowingStream<GenerationEvent, Error>
+  {
+    stream(options, { $0 }) { handle in
+      try Session.evalChat(handle: handle, model: self.model.handle, messages: messages,
+                           addBos: options.addBos)
+      return ""
     }
   }
 
@@ -130,25 +189,21 @@ public final class Session: @unchecked Sendable {
       lilims_chat_message(role: strings[2 * $0].pointer, content: strings[2 * $0 + 1].pointer)
     }
     try withExtendedLifetime(strings) {
-      var count = 0
-      let sizeStatus = lilims_chat_tokenize(model, nil, cMessages, cMessages.count, 1,
-                                            addBos ? 1 : 0, 0, nil, 0, &count)
-      // A NULL buffer asks for the size: "too small" is the expected answer.
-      if sizeStatus != LILIMS_OK && count == 0 { throw LilimsError(sizeStatus) }
-      var tokens = [lilims_token](repeating: 0, count: count)
-      try check(lilims_chat_tokenize(model, nil, cMessages, cMessages.count, 1, addBos ? 1 : 0, 0,
-                                     &tokens, tokens.count, &count))
-      try check(lilims_session_eval(handle, tokens, count))
+      let tokens: [lilims_token] = try readArray { buffer, capacity, count in
+        lilims_chat_tokenize(model, nil, cMessages, cMessages.count, 1, addBos ? 1 : 0, 0,
+                             buffer, capacity, &count)
+      }
+      try check(lilims_session_eval(handle, tokens, tokens.count))
     }
   }
 
   /// Runs `prepare` (which returns the prompt) then lilims_generate on the
-  /// session's queue, yielding each piece of text to the stream.
-  private func stream(_ options: GenerateOptions,
-                      prepare: @escaping @Sendable (OpaquePointer) throws -> String)
-    -> AsyncThrowingStream<String, Error>
-  {
-    let (pieces, continuation) = AsyncThrowingStream<String, Error>.makeStream()
+  /// session's queue, handing each event `transform` keeps to the stream.
+  private func stream<T: Sendable>(
+    _ options: GenerateOptions, _ transform: @escaping @Sendable (GenerationEvent) -> T?,
+    prepare: @escaping @Sendable (OpaquePointer) throws -> String
+  ) -> AsyncThrowingStream<T, Error> {
+    let (events, continuation) = AsyncThrowingStream<GenerationEvent, Error>.makeStream()
     let control = Generation(session: handle, continuation: continuation)
     continuation.onTermination = { termination in
       if case .cancelled = termination { control.cancel() }
@@ -161,22 +216,27 @@ public final class Session: @unchecked Sendable {
       }
       do {
         let prompt = try prepare(handle)
-        var params = options.cParams
-        params.user_data = Unmanaged.passUnretained(control).toOpaque()
-        params.on_token = { userData, _, text, length in
-          let control = Unmanaged<Generation>.fromOpaque(userData!).takeUnretainedValue()
-          if length == 0 { return 0 }
-          let piece = String(decoding: UnsafeRawBufferPointer(start: text, count: length),
-                             as: UTF8.self)
-          // Nobody reads the stream any more: stop generating.
-          if case .terminated = control.continuation.yield(piece) { return 1 }
-          return 0
-        }
-        let status = withExtendedLifetime(control) {
-          lilims_generate(handle, prompt, &params, nil)
+        let owned = CGenerateParams(options)
+        var stats = lilims_generate_stats()
+        stats.struct_size = MemoryLayout<lilims_generate_stats>.size
+        let status = owned.withParams { params in
+          params.user_data = Unmanaged.passUnretained(control).toOpaque()
+          params.on_token = { userData, _, text, length in
+            let control = Unmanaged<Generation>.fromOpaque(userData!).takeUnretainedValue()
+            if length == 0 { return 0 }
+            let piece = String(decoding: UnsafeRawBufferPointer(start: text, count: length),
+                               as: UTF8.self)
+            // Nobody reads the stream any more: stop generating.
+            if case .terminated = control.continuation.yield(.text(piece)) { return 1 }
+            return 0
+          }
+          return withExtendedLifetime(control) { lilims_generate(handle, prompt, &params, &stats) }
         }
         control.end()
         try check(status)
+        let figures = GenerationStatistics(stats)
+        statistics = figures
+        continuation.yield(.finished(figures))
         continuation.finish()
       } catch {
         control.end()
@@ -185,44 +245,52 @@ public final class Session: @unchecked Sendable {
     }
     // Pieces already buffered would be handed out after the consuming task
     // was cancelled, while generation ran on: each request checks first.
-    let consumer = Consumer(pieces.makeAsyncIterator(), control)
+    let consumer = Consumer(events.makeAsyncIterator(), control)
     return AsyncThrowingStream {
-      if Task.isCancelled {
-        consumer.control.cancel()
-        return nil
+      while true {
+        if Task.isCancelled {
+          consumer.control.cancel()
+          return nil
+        }
+        guard let event = try await consumer.next() else { return nil }
+        if let item = transform(event) { return item }
       }
-      return try await consumer.next()
     }
   }
+}
+
+private let text: @Sendable (GenerationEvent) -> String? = { event in
+  if case .text(let piece) = event { return piece }
+  return nil
 }
 
 /// The stream handed out reads the pieces through this; once that stream is
 /// dropped, so is this, and the generation stops.
 private final class Consumer: @unchecked Sendable {
-  private var pieces: AsyncThrowingStream<String, Error>.Iterator
+  private var pieces: AsyncThrowingStream<GenerationEvent, Error>.Iterator
   let control: Generation
 
-  init(_ pieces: AsyncThrowingStream<String, Error>.Iterator, _ control: Generation) {
+  init(_ pieces: AsyncThrowingStream<GenerationEvent, Error>.Iterator, _ control: Generation) {
     self.pieces = pieces
     self.control = control
   }
 
   deinit { control.cancel() }
 
-  func next() async throws -> String? { try await pieces.next() }
+  func next() async throws -> GenerationEvent? { try await pieces.next() }
 }
 
 /// One generation's link between its stream and the session: a cancel of the
 /// stream reaches lilims_session_cancel only while this generation runs, so
 /// it can never stop a later call on the same session.
 private final class Generation: @unchecked Sendable {
-  let continuation: AsyncThrowingStream<String, Error>.Continuation
+  let continuation: AsyncThrowingStream<GenerationEvent, Error>.Continuation
   private let session: OpaquePointer
   private let lock = DispatchQueue(label: "lilims.generation")
   private var running = false
   private var cancelled = false
 
-  init(session: OpaquePointer, continuation: AsyncThrowingStream<String, Error>.Continuation) {
+  init(session: OpaquePointer, continuation: AsyncThrowingStream<GenerationEvent, Error>.Continuation) {
     self.session = session
     self.continuation = continuation
   }
@@ -246,17 +314,4 @@ private final class Generation: @unchecked Sendable {
     }
     continuation.finish()
   }
-}
-
-/// A String copied into C memory that lives as long as this object.
-private final class CString {
-  let pointer: UnsafeMutablePointer<CChar>
-
-  init(_ string: String) {
-    let utf8 = Array(string.utf8CString)
-    pointer = UnsafeMutablePointer<CChar>.allocate(capacity: utf8.count)
-    pointer.initialize(from: utf8, count: utf8.count)
-  }
-
-  deinit { pointer.deallocate() }
 }

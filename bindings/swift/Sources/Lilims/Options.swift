@@ -1,0 +1,302 @@
+import CLilims
+
+/// The type of a session's KV cache entries.
+public enum KVCacheType: Int32, Sendable {
+  case f16 = 0
+  /// Half the memory of f16; needs a head size that is a multiple of 32.
+  case q8_0 = 1
+}
+
+/// How a session is made (lilims_session_params); the defaults are lilims'.
+public struct SessionOptions: Sendable {
+  /// Context length in tokens.  0: the model's trained context when the
+  /// session fits `memoryBudget` (or the memory available), else the largest
+  /// power of two below it that fits, down to 256.
+  public var contextLength: Int
+  /// 0: every core.
+  public var threads: Int
+  /// Accept a context longer than the model was trained for.
+  public var allowContextBeyondTrained: Bool
+  /// Bytes the session may take beyond its model
+  /// (`Model.sessionMemoryEstimate`); 0: what the machine has available.
+  public var memoryBudget: UInt64
+  /// Tokens per prefill block; 0: lilims' default (64).
+  public var batchSize: Int
+  public var kvCacheType: KVCacheType
+  /// Transformer blocks per execution chunk; 0: lilims' default (3).
+  public var chunkLayers: Int
+
+  public init(contextLength: Int = 0, threads: Int = 0) {
+    let d = lilims_session_default_params()
+    self.contextLength = contextLength
+    self.threads = threads
+    allowContextBeyondTrained = d.allow_ctx_beyond_train != 0
+    memoryBudget = d.memory_budget
+    batchSize = Int(d.n_batch)
+    kvCacheType = KVCacheType(rawValue: d.kv_type) ?? .f16
+    chunkLayers = Int(d.chunk_layers)
+  }
+
+  var cParams: lilims_session_params {
+    var p = lilims_session_default_params()
+    p.n_ctx = Int32(clamping: contextLength)
+    p.n_threads = Int32(clamping: threads)
+    p.allow_ctx_beyond_train = allowContextBeyondTrained ? 1 : 0
+    p.memory_budget = memoryBudget
+    p.n_batch = Int32(clamping: batchSize)
+    p.kv_type = kvCacheType.rawValue
+    p.chunk_layers = Int32(clamping: chunkLayers)
+    return p
+  }
+}
+
+/// A function the model may call (lilims_tool).
+public struct Tool: Sendable {
+  public var name: String
+  public var description: String?
+  /// A JSON Schema (an object) of the arguments, as JSON text; nil: none.
+  public var parameters: String?
+
+  public init(name: String, description: String? = nil, parameters: String? = nil) {
+    self.name = name
+    self.description = description
+    self.parameters = parameters
+  }
+}
+
+/// What generation does when the context is full.
+public enum ContextPolicy: Sendable, Equatable {
+  /// Stop (`StopReason.contextFull`).
+  case stop
+  /// Keep the first `keep` tokens (nil: the BOS token when the sequence
+  /// starts with one), forget the older half of the rest and go on.
+  case shift(keep: Int? = nil)
+}
+
+/// Sampling and stopping (lilims_generate_params); the defaults are lilims'.
+public struct GenerateOptions: Sendable {
+  /// Stop after this many new tokens; 0 or less: at the end of generation
+  /// or when the context is full.
+  public var maxTokens: Int
+  public var temperature: Float  // 0: greedy
+  public var topK: Int  // 0: off
+  public var topP: Float  // 1: off
+  public var minP: Float  // 0: off
+  public var repeatPenalty: Float  // 1: off
+  public var repeatLastN: Int
+  /// OpenAI's penalties over the tokens generated in this call; 0: off.
+  public var frequencyPenalty: Float
+  public var presencePenalty: Float
+  /// Added to a token's logit before anything else; -infinity bans it.
+  public var logitBias: [Token: Float]
+  public var seed: UInt64
+  /// Generation ends when the text contains one of these; neither it nor
+  /// what follows is streamed.
+  public var stop: [String]
+  /// The output is one strictly valid JSON object; generation ends when it closes.
+  public var jsonObject: Bool
+  /// A JSON Schema (JSON text) the output is one valid value of.
+  public var jsonSchema: String?
+  /// Non-empty: the output is {"name": <a tool>, "arguments": <its arguments>}.
+  /// Describe the tools to the model with `toolsPrompt(_:)`.
+  public var tools: [Tool]
+  public var contextPolicy: ContextPolicy
+  /// The prompt is the whole sequence the session should hold (a chat
+  /// rendered anew each turn): the part of it already in the session is kept
+  /// and only the rest is evaluated (`GenerationStatistics.reusedTokens`).
+  public var reusePrefix: Bool
+  /// Add BOS when the session is empty and the model asks for it.
+  public var addBos: Bool
+  /// Special-token text in a prompt ("<|im_start|>") becomes special tokens.
+  public var parseSpecial: Bool
+
+  public init() {
+    let d = lilims_generate_default_params()
+    maxTokens = Int(d.max_tokens)
+    temperature = d.sampling.temperature
+    topK = Int(d.sampling.top_k)
+    topP = d.sampling.top_p
+    minP = d.sampling.min_p
+    repeatPenalty = d.sampling.repeat_penalty
+    repeatLastN = Int(d.sampling.repeat_last_n)
+    frequencyPenalty = d.frequency_penalty
+    presencePenalty = d.presence_penalty
+    logitBias = [:]
+    seed = d.sampling.seed
+    stop = []
+    jsonObject = d.json_object != 0
+    jsonSchema = nil
+    tools = []
+    contextPolicy = .stop
+    reusePrefix = d.reuse_prefix != 0
+    addBos = d.add_bos != 0
+    parseSpecial = d.parse_special != 0
+  }
+}
+
+/// Why a generation ended (lilims_generate_stats.stop_reason).
+public enum StopReason: Int32, Sendable {
+  case maxTokens = 0, endOfGeneration, callback, contextFull, cancelled, stopString
+}
+
+/// Figures of one generation (lilims_generate_stats).
+public struct GenerationStatistics: Sendable {
+  public let promptTokens: Int
+  public let generatedTokens: Int
+  public let reusedTokens: Int
+  public let contextShifts: Int
+  public let stopReason: StopReason
+  public let promptSeconds: Double
+  public let generateSeconds: Double
+  /// From the call's start to the first token sampled.
+  public let timeToFirstToken: Double
+  public let promptTokensPerSecond: Double
+  public let decodeTokensPerSecond: Double
+  public let maskSeconds: Double
+  /// The process's peak resident memory when the call ended; 0 when unknown.
+  public let peakResidentBytes: UInt64
+
+  init(_ s: lilims_generate_stats) {
+    promptTokens = Int(s.n_prompt_tokens)
+    generatedTokens = Int(s.n_generated_tokens)
+    reusedTokens = Int(s.n_reused_tokens)
+    contextShifts = Int(s.n_context_shifts)
+    stopReason = StopReason(rawValue: s.stop_reason) ?? .maxTokens
+    promptSeconds = s.prompt_seconds
+    generateSeconds = s.generate_seconds
+    timeToFirstToken = s.first_token_seconds
+    promptTokensPerSecond = s.prompt_tokens_per_second
+    decodeTokensPerSecond = s.decode_tokens_per_second
+    maskSeconds = s.mask_seconds
+    peakResidentBytes = s.peak_resident_bytes
+  }
+}
+
+/// What a session and its model hold in memory (lilims_memory_report).
+public struct MemoryReport: Sendable {
+  /// Weights read in place from the file's mapping or the caller's buffer.
+  public let weightsMapped: UInt64
+  /// Weights on lilims' heap: repacked copies, the file when read.
+  public let weightsCopied: UInt64
+  public let kvResident: UInt64
+  public let kvFull: UInt64
+  public let scratch: UInt64
+  public let host: UInt64
+  public let total: UInt64
+
+  init(_ r: lilims_memory_report) {
+    weightsMapped = r.weights_mapped
+    weightsCopied = r.weights_copied
+    kvResident = r.kv_resident
+    kvFull = r.kv_full
+    scratch = r.scratch
+    host = r.host
+    total = r.total
+  }
+}
+
+/// The system prompt lilims uses to describe tools to a model whose chat
+/// template has no tool syntax of its own.
+public func toolsPrompt(_ tools: [Tool]) throws -> String {
+  let owned = CTools(tools)
+  return try withExtendedLifetime(owned) {
+    var count = 0
+    let sizeStatus = lilims_tools_prompt(owned.tools, owned.tools.count, nil, 0, &count)
+    if sizeStatus != LILIMS_OK && count == 0 { throw LilimsError(sizeStatus) }
+    // The size leaves out the terminating NUL, which lilims writes too.
+    var bytes = [CChar](repeating: 0, count: count + 1)
+    try check(lilims_tools_prompt(owned.tools, owned.tools.count, &bytes, bytes.count, &count))
+    return String(decoding: bytes[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  }
+}
+
+/// A String copied into C memory that lives as long as this object.
+final class CString {
+  let pointer: UnsafeMutablePointer<CChar>
+
+  init(_ string: String) {
+    let utf8 = Array(string.utf8CString)
+    pointer = UnsafeMutablePointer<CChar>.allocate(capacity: utf8.count)
+    pointer.initialize(from: utf8, count: utf8.count)
+  }
+
+  deinit { pointer.deallocate() }
+}
+
+/// lilims_tool entries and the strings they point to.
+final class CTools {
+  private let strings: [CString?]
+  let tools: [lilims_tool]
+
+  init(_ list: [Tool]) {
+    let strings = list.flatMap {
+      [CString($0.name), $0.description.map(CString.init), $0.parameters.map(CString.init)]
+    }
+    self.strings = strings
+    tools = (0..<list.count).map {
+      lilims_tool(name: strings[3 * $0]!.pointer, description: strings[3 * $0 + 1]?.pointer,
+                  parameters: strings[3 * $0 + 2]?.pointer)
+    }
+  }
+}
+
+/// lilims_generate_params and everything its pointers reach, alive as long
+/// as this object.
+final class CGenerateParams {
+  var params: lilims_generate_params
+  private let stopStrings: [CString]
+  private let stopPointers: [UnsafePointer<CChar>?]
+  private let schema: CString?
+  private let tools: CTools
+  private let bias: [lilims_logit_bias]
+
+  init(_ o: GenerateOptions) {
+    var p = lilims_generate_default_params()
+    p.max_tokens = Int32(clamping: o.maxTokens)
+    p.sampling.temperature = o.temperature
+    p.sampling.top_k = Int32(clamping: o.topK)
+    p.sampling.top_p = o.topP
+    p.sampling.min_p = o.minP
+    p.sampling.repeat_penalty = o.repeatPenalty
+    p.sampling.repeat_last_n = Int32(clamping: o.repeatLastN)
+    p.sampling.seed = o.seed
+    p.frequency_penalty = o.frequencyPenalty
+    p.presence_penalty = o.presencePenalty
+    p.json_object = o.jsonObject ? 1 : 0
+    p.add_bos = o.addBos ? 1 : 0
+    p.parse_special = o.parseSpecial ? 1 : 0
+    p.reuse_prefix = o.reusePrefix ? 1 : 0
+    switch o.contextPolicy {
+    case .stop:
+      p.context_policy = Int32(LILIMS_CONTEXT_STOP.rawValue)
+    case .shift(let keep):
+      p.context_policy = Int32(LILIMS_CONTEXT_SHIFT.rawValue)
+      p.n_keep = Int32(clamping: keep ?? -1)
+    }
+    stopStrings = o.stop.map(CString.init)
+    stopPointers = stopStrings.map { UnsafePointer($0.pointer) }
+    schema = o.jsonSchema.map(CString.init)
+    tools = CTools(o.tools)
+    bias = o.logitBias.sorted { $0.key < $1.key }.map { lilims_logit_bias(token: $0.key, bias: $0.value) }
+    params = p
+  }
+
+  /// Runs `body` with params pointing into this object's storage.
+  func withParams<R>(_ body: (inout lilims_generate_params) -> R) -> R {
+    stopPointers.withUnsafeBufferPointer { stop in
+      tools.tools.withUnsafeBufferPointer { tools in
+        bias.withUnsafeBufferPointer { bias in
+          var p = params
+          p.stop = stop.isEmpty ? nil : stop.baseAddress
+          p.n_stop = stop.count
+          p.json_schema = schema.map { UnsafePointer($0.pointer) }
+          p.tools = tools.isEmpty ? nil : tools.baseAddress
+          p.n_tools = tools.count
+          p.logit_bias = bias.isEmpty ? nil : bias.baseAddress
+          p.n_logit_bias = bias.count
+          return withExtendedLifetime(self) { body(&p) }
+        }
+      }
+    }
+  }
+}
