@@ -47,6 +47,8 @@ struct Grammar {
     std::vector<int32_t> nodes;
     int64_t min = 0;
     bool bounded = true;  // false: nodes holds only the first `min` positions, a loop follows
+    int32_t loop = -1;    // unbounded: the node of every position from `min` on
+    int32_t after = -1;   // the node after the closing quote
   };
   std::vector<CharRun> char_runs;
 

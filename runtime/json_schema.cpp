@@ -390,6 +390,7 @@ class Compiler {
       eps(n, loop);
       eps(grammar_json_string_char(g_, loop), loop);
       n = loop;
+      run.loop = loop;
     } else {
       const int32_t end = g_.add_node();
       for (int64_t i = min; i < max; ++i) {
@@ -401,8 +402,10 @@ class Compiler {
       eps(n, end);
       n = end;
     }
-    if (!run.nodes.empty()) g_.char_runs.push_back(std::move(run));
-    return lit(n, "\"");
+    const int32_t after = lit(n, "\"");
+    run.after = after;
+    g_.char_runs.push_back(std::move(run));
+    return after;
   }
 
   int32_t string(int32_t from, const Json& s, const std::string& where) {

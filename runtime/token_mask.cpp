@@ -27,6 +27,76 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces, const std::vector<b
   nodes_[0].tok_begin = 0;
   nodes_[0].tok_end = (int32_t)order_.size();
   build(0, 0);
+  build_string_spans();
+}
+
+void TokenTrie::build_string_spans() {
+  // One character of a string body as the schema compiler spells it, so
+  // that the spans agree with the grammar byte for byte.
+  Grammar g;
+  g.root_rule = g.add_rule();
+  g.nodes[(size_t)grammar_json_string_char(g, g.rule_start[0])].end = true;
+  GrammarMatcher m(g);
+  const int32_t start = m.intern_state(m.start());
+  spans_.assign((size_t)n_vocab_, StringSpan{});
+  for (int32_t id : order_) {
+    const std::string& p = piece(id);
+    StringSpan& sp = spans_[(size_t)id];
+    int32_t st = start;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const uint8_t b = (uint8_t)p[i];
+      if (st == start && b == '"') {
+        sp.quote = (int32_t)i;
+        break;
+      }
+      st = m.step_id(st, b);
+      const GrammarMatcher::State& s = m.state_at(st);
+      if (GrammarMatcher::dead(s)) {
+        sp.bad = true;
+        break;
+      }
+      if (s.tops.empty()) {  // the character is complete (its automaton is deterministic)
+        ++sp.chars;
+        st = start;
+      }
+    }
+    sp.open = !sp.bad && sp.quote < 0 && st != start;
+    if (sp.bad) continue;
+    if (sp.quote >= 0) {
+      quoted_.push_back(id);
+    } else {
+      body_by_need_.push_back(id);
+    }
+  }
+  const auto need = [&](int32_t id) { return spans_[(size_t)id].chars + spans_[(size_t)id].open; };
+  std::stable_sort(body_by_need_.begin(), body_by_need_.end(),
+                   [&](int32_t a, int32_t b) { return need(a) < need(b); });
+  body_bits_.assign(((size_t)n_vocab_ + 63) / 64, 0);
+  for (int32_t id : body_by_need_) {
+    body_bits_[(size_t)id >> 6] |= 1ull << (id & 63);
+    const size_t c = (size_t)need(id);
+    if (upto_.size() <= c) upto_.resize(c + 1, 0);
+    ++upto_[c];
+  }
+  for (size_t c = 1; c < upto_.size(); ++c) upto_[c] += upto_[c - 1];
+}
+
+void TokenTrie::string_body_bits(int64_t room, uint64_t* bits) const {
+  const size_t total = body_by_need_.size();
+  const size_t n = room < 0 || room >= (int64_t)upto_.size() ? total : (size_t)upto_[(size_t)room];
+  // Whichever is shorter: set the tokens that fit, or clear those that do not.
+  if (2 * n >= total) {
+    for (size_t w = 0; w < body_bits_.size(); ++w) bits[w] |= body_bits_[w];
+    for (size_t k = n; k < total; ++k) {
+      const int32_t id = body_by_need_[k];
+      bits[(size_t)id >> 6] &= ~(1ull << (id & 63));
+    }
+  } else {
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t id = body_by_need_[k];
+      bits[(size_t)id >> 6] |= 1ull << (id & 63);
+    }
+  }
 }
 
 // Splits the node's token range by the byte at `depth`; children are made
@@ -77,6 +147,12 @@ CompiledSchema::CompiledSchema(Grammar g, std::shared_ptr<const TokenTrie> trie)
       }
     }
   }
+  string_pos_.assign(g_.nodes.size(), {-1, 0});
+  for (size_t r = 0; r < g_.char_runs.size(); ++r) {
+    const Grammar::CharRun& run = g_.char_runs[r];
+    for (size_t k = 0; k < run.nodes.size(); ++k) string_pos_[(size_t)run.nodes[k]] = {(int32_t)r, (int64_t)k};
+    if (run.loop >= 0) string_pos_[(size_t)run.loop] = {(int32_t)r, run.min};
+  }
 }
 
 int64_t CompiledSchema::walks() const {
@@ -89,7 +165,8 @@ const CompiledSchema::NodeMask& CompiledSchema::node_mask(int32_t node) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::unique_ptr<NodeMask>& m = masks_[(size_t)node];
   if (!m) {
-    m = std::make_unique<NodeMask>(walk(node));
+    const auto [run, pos] = string_pos_[(size_t)node];
+    m = std::make_unique<NodeMask>(run >= 0 ? string_mask(g_.char_runs[(size_t)run], pos) : walk(node));
     ++walks_;
   }
   return *m;
@@ -137,6 +214,41 @@ CompiledSchema::NodeMask CompiledSchema::walk(int32_t node) const {
     } else if (popped_before || s.popped) {
       uncertain_range(n.tok_mid, n.tok_end);
     }
+  }
+  return out;
+}
+
+CompiledSchema::NodeMask CompiledSchema::string_mask(const Grammar::CharRun& run, int64_t pos) const {
+  const TokenTrie& t = *trie_;
+  NodeMask out;
+  out.accepted.assign(((size_t)t.n_vocab() + 63) / 64, 0);
+  const int64_t max = run.bounded ? (int64_t)run.nodes.size() - 1 : -1;
+  // `accepted` is all zeros, so clearing the tokens that do not fit clears
+  // nothing else.
+  t.string_body_bits(max < 0 ? -1 : max - pos, out.accepted.data());
+  GrammarMatcher m(g_, run.after);
+  const int32_t after = m.intern_state(m.start());
+  for (int32_t id : t.quoted()) {
+    const TokenTrie::StringSpan& sp = t.string_spans()[(size_t)id];
+    const int64_t end = pos + sp.chars;
+    if (end < run.min || (max >= 0 && end > max)) continue;
+    // The rest after the quote, as walk() would meet it: tokens that go on
+    // after the node's rule ended are left to the caller's frames.
+    const std::string& p = t.piece(id);
+    int32_t st = after;
+    bool popped = m.state_at(st).popped, accept = true;
+    for (size_t i = (size_t)sp.quote + 1; i < p.size(); ++i) {
+      st = m.step_id(st, (uint8_t)p[i]);
+      const GrammarMatcher::State& s = m.state_at(st);
+      const bool last = i + 1 == p.size();
+      if (last ? GrammarMatcher::dead(s) : s.tops.empty()) {
+        accept = false;
+        if (popped || (!last && s.popped)) out.uncertain.push_back(id);
+        break;
+      }
+      popped |= s.popped;
+    }
+    if (accept) out.accepted[(size_t)id >> 6] |= 1ull << (id & 63);
   }
   return out;
 }

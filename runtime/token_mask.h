@@ -44,8 +44,27 @@ class TokenTrie {
   // Bytes that some usable token spells alone: completions are built from them.
   const bool* single_bytes() const { return single_; }
 
+  // What each token does inside a JSON string's body: the characters it
+  // completes before its end or a closing quote, whether it ends inside a
+  // character, where the closing quote is (-1: none), or that it cannot be
+  // there at all (a control byte, bad UTF-8 or escape).  Masks for positions
+  // in a string of counted length follow from these without a trie walk.
+  struct StringSpan {
+    int32_t chars = 0;
+    int32_t quote = -1;
+    bool open = false;
+    bool bad = false;
+  };
+  const std::vector<StringSpan>& string_spans() const { return spans_; }
+  // Sets in `bits` every token that stays inside a string body (no closing
+  // quote) and needs at most `room` characters (< 0: any number).
+  void string_body_bits(int64_t room, uint64_t* bits) const;
+  // Usable tokens with a closing quote after valid string characters.
+  const std::vector<int32_t>& quoted() const { return quoted_; }
+
  private:
   void build(int32_t node, size_t depth);
+  void build_string_spans();
 
   const std::vector<std::string>* pieces_;
   std::vector<bool> usable_;
@@ -54,6 +73,13 @@ class TokenTrie {
   std::vector<Node> nodes_;
   bool single_[256] = {};
   size_t max_piece_ = 0;
+  std::vector<StringSpan> spans_;  // (n_vocab)
+  // Tokens that stay inside a string body, by characters needed
+  // (chars + open) ascending; upto_[c]: how many need at most c.
+  std::vector<int32_t> body_by_need_;
+  std::vector<int32_t> upto_;
+  std::vector<uint64_t> body_bits_;  // all of body_by_need_
+  std::vector<int32_t> quoted_;
 };
 
 // A schema's grammar bound to a vocabulary, with the per-node walks kept.
@@ -76,12 +102,17 @@ class CompiledSchema {
 
  private:
   NodeMask walk(int32_t node) const;
+  // A position of a counted string from the tokens' string spans: only
+  // the bytes after a closing quote are followed through the grammar.
+  NodeMask string_mask(const Grammar::CharRun& run, int64_t pos) const;
 
   Grammar g_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> dist_;
   mutable std::mutex mu_;
   std::vector<int32_t> alias_;  // (nodes) the node whose mask serves this one
+  // (nodes) the char run and position of a string's character position; -1: none
+  std::vector<std::pair<int32_t, int64_t>> string_pos_;
   mutable std::vector<std::unique_ptr<NodeMask>> masks_;  // (nodes) null until walked
   mutable int64_t walks_ = 0;
 };

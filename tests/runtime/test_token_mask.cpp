@@ -35,6 +35,10 @@ std::vector<std::pair<std::string, std::string>> feature_schemas() {
       {"anyOf", R"({"anyOf":[{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]},{"type":"object","properties":{"y":{"type":"string"}},"required":["y"]},{"type":"null"}]})"},
       {"$ref recursion", R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"})"},
       {"any value", R"({})"},
+      // Strings whose rule ends at the closing quote ($ref makes a rule of
+      // its own), so tokens that go on after it are decided by the caller.
+      {"strings ending a rule", R"({"$defs":{"s":{"type":"string","maxLength":5},"t":{"type":"string","minLength":2}},"type":"array","items":{"anyOf":[{"$ref":"#/$defs/s"},{"$ref":"#/$defs/t"}]}})"},
+      {"unbounded string with a minimum", R"({"type":"object","properties":{"u":{"type":"string","minLength":3},"v":{"type":"string","maxLength":0}},"required":["u","v"]})"},
   };
   const std::string dir = test::source_path("examples");
   for (const char* f : {"schemas/event.json", "schemas/person.json", "schemas/order.json", "schemas/todo.json"}) {
