@@ -767,6 +767,10 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       opt.jump_forward = params->jump_forward != 0;
     }
     if (LILIMS_HAS_FIELD(params, lilims_generate_params, n_draft)) opt.n_draft = params->n_draft;
+    if (LILIMS_HAS_FIELD(params, lilims_generate_params, constraint_close)) {
+      if (params->constraint_trigger) opt.constraint_trigger = params->constraint_trigger;
+      if (params->constraint_close) opt.constraint_close = params->constraint_close;
+    }
     if (params->on_token) {
       const lilims_token_callback cb = params->on_token;
       void* ud = params->user_data;
@@ -804,6 +808,10 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
         out_stats->n_forced_tokens = r.n_forced;
         out_stats->n_drafted_tokens = r.n_drafted;
         out_stats->n_accepted_tokens = r.n_accepted;
+      }
+      if (LILIMS_HAS_FIELD(out_stats, lilims_generate_stats, value_offset)) {
+        out_stats->constraint_triggered = r.constraint_triggered ? 1 : 0;
+        out_stats->value_offset = r.value_offset;
       }
     }
     return LILIMS_OK;

@@ -7,9 +7,11 @@
 #include "base/error.h"
 #include "base/memory_info.h"
 #include "runtime/json_constraint.h"
+#include "runtime/lazy_constraint.h"
 #include "runtime/speculative.h"
 #include "runtime/stop_strings.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/unicode.h"
 
 namespace lilims::runtime {
 namespace {
@@ -438,12 +440,34 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   if (opt.json && !opt.json_schema.empty()) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] json and json_schema exclude each other");
   }
-  if (opt.json) check_json_room(room(0, keep + prompt.size()), cap_binds);
+  const bool constrained = opt.json || !opt.json_schema.empty();
+  for (const std::string* s : {&opt.constraint_trigger, &opt.constraint_close}) {
+    if (s->empty()) continue;
+    if (!constrained) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[generate] constraint_trigger and constraint_close apply to json or json_schema "
+                  "output");
+    }
+    if (!tok::utf8_is_valid(*s)) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[generate] constraint_trigger and constraint_close must be valid UTF-8");
+    }
+  }
+  const std::vector<int32_t> close_tokens =
+      opt.constraint_close.empty() ? std::vector<int32_t>()
+                                   : tk.encode(opt.constraint_close, false, true);
+  // Tokens the value may use: what is left, less the closing text's.
+  const int64_t n_close = (int64_t)close_tokens.size();
+  const auto value_room = [&](int32_t made, size_t n_past) { return room(made, n_past) - n_close; };
+  // A lazy constraint starts at its trigger; until then the output is free.
+  TriggerMatch trigger(opt.constraint_trigger);
+  bool active = opt.constraint_trigger.empty();
   std::unique_ptr<SchemaConstraint> schema;
   if (!opt.json_schema.empty()) {
     schema = std::make_unique<SchemaConstraint>(model_.schema_cache().get(opt.json_schema));
-    check_schema_room(*schema, room(0, keep + prompt.size()), cap_binds);
   }
+  if (active && opt.json) check_json_room(value_room(0, keep + prompt.size()), cap_binds);
+  if (active && schema) check_schema_room(*schema, value_room(0, keep + prompt.size()), cap_binds);
   if (keep < tokens_.size()) truncate_impl((int32_t)keep);
   try {
     eval_impl(prompt);
@@ -489,9 +513,13 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     pending.clear();
     cur = logits_.data();
   };
-  // A token joins the output: streamed, counted, fed to the constraints.
-  enum class Took { go, callback, ended };  // ended: r.stop says why; the token is not evaluated
-  const auto take = [&](int32_t next) {
+  // Bytes of the value so far (value_offset), and the text the closing
+  // tokens added after it.
+  int64_t value_bytes = 0;
+  size_t close_text = 0;
+  if (active && constrained) r.value_offset = 0;
+  // A token joins the output: streamed and counted; the callback's answer.
+  const auto emit = [&](int32_t next) {
     const bool first = r.tokens.empty();
     r.tokens.push_back(next);
     sampler.accept(next);
@@ -504,27 +532,72 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     }
     if (!stops.empty()) piece = stops.push(piece);
     r.text += piece;
-    const bool stop = opt.on_token && opt.on_token(next, piece);
+    return opt.on_token && opt.on_token(next, piece);
+  };
+  // Why generation ends when a budget runs out: the cap, or the context.
+  const auto budget_stop = [&] {
+    const int64_t cap_left = opt.max_tokens > 0 ? opt.max_tokens - (int64_t)r.tokens.size() : INT64_MAX;
+    const int64_t ctx_left = (int64_t)exec_->n_ctx() - (int64_t)n_seq();
+    return cap_left <= ctx_left ? StopReason::max_tokens : StopReason::context_full;
+  };
+  // The value is complete: the closing text follows, unevaluated.
+  enum class Took { go, callback, ended };  // ended: r.stop says why; the token is not evaluated
+  const auto value_done = [&] {
+    r.stop = StopReason::end_of_generation;
+    const size_t before = r.text.size();
+    for (int32_t c : close_tokens) emit(c);
+    close_text = r.text.size() - before;
+    return Took::ended;
+  };
+  // A token joins the output: streamed, counted, fed to the constraints.
+  const auto take = [&](int32_t next) {
+    const bool stop = emit(next);
     if (stops.matched()) {  // like an end of generation: the last token is not evaluated
       r.stop = StopReason::stop_string;
       return Took::ended;
     }
-    if (opt.json) {
-      json.feed(model_.pieces()[(size_t)next]);
-      if (json.complete()) {
-        r.stop = StopReason::end_of_generation;
-        return Took::ended;
+    const std::string& piece = model_.pieces()[(size_t)next];
+    if (!active) {
+      std::string rest;
+      if (trigger.feed(trigger_bytes(tk, model_.pieces(), next), &rest)) {
+        r.constraint_triggered = true;
+        // What follows the trigger in its token starts the value; the
+        // sampler made sure it can (trigger_ok).
+        const int64_t left = value_room((int32_t)r.tokens.size(), n_seq() + 1);
+        const bool fits = opt.json ? json.feed(rest) &&
+                                         model_.json_closers().tokens_to_close(json) <= left
+                                   : schema->advance_bytes(rest, left);
+        if (!fits) {
+          r.stop = budget_stop();
+          return Took::ended;
+        }
+        active = true;
+        value_bytes = (int64_t)rest.size();
+        if (opt.json ? json.complete() : schema->complete()) return value_done();
       }
-    }
-    if (schema) {
+    } else if (opt.json) {
+      value_bytes += (int64_t)piece.size();
+      json.feed(piece);
+      if (json.complete()) return value_done();
+    } else if (schema) {
+      value_bytes += (int64_t)piece.size();
       schema->advance(next);
-      if (schema->complete()) {
-        r.stop = StopReason::end_of_generation;
-        return Took::ended;
-      }
+      if (schema->complete()) return value_done();
     }
     return stop ? Took::callback : Took::go;
   };
+  // Before the trigger: whether `id` may be sampled (a token ending the
+  // trigger must leave bytes the value can start with).
+  const auto trigger_ok = [&](int32_t id) {
+    std::string rest;
+    if (!trigger.ends_in(trigger_bytes(tk, model_.pieces(), id), &rest)) return true;
+    if (opt.json) {
+      JsonPrefix probe = json;
+      return probe.feed(rest);
+    }
+    return schema->accepts_bytes(rest);
+  };
+  std::vector<uint8_t> free_mask;  // before the trigger: tokens trigger_ok refused this step
   std::vector<int32_t> block;  // tokens taken but not yet evaluated
   while (opt.max_tokens <= 0 || (int32_t)r.tokens.size() < opt.max_tokens) {
     const int32_t i = (int32_t)r.tokens.size();
@@ -538,17 +611,17 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       history = &recent;
     }
     int32_t next;
-    if (opt.json) {
+    if (opt.json && active) {
       // The sampler filters only the tokens this accepts, so top-k, top-p and
       // min-p cannot remove every way to close.
-      left = room(i, n_seq());
+      left = value_room(i, n_seq());
       next = sampler.sample(cur, n_vocab, *history, nullptr, &accept_json);
       if (next < 0) {
         throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
                     "[generate] no token continues the JSON output" + banned_note);
       }
-    } else if (schema) {
-      left = room(i, n_seq());
+    } else if (schema && active) {
+      left = value_room(i, n_seq());
       const auto tm = std::chrono::steady_clock::now();
       schema->fill_mask(allowed.data());
       if (schema->may_end() && tk.eos() >= 0) allowed[(size_t)tk.eos()] = 1;
@@ -560,6 +633,18 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       }
     } else {
       next = sampler.sample(cur, n_vocab, *history);
+      if (!active && !trigger_ok(next)) {
+        free_mask.assign((size_t)n_vocab, 1);
+        do {
+          free_mask[(size_t)next] = 0;
+          next = sampler.sample(cur, n_vocab, *history, free_mask.data());
+        } while (next >= 0 && !trigger_ok(next));
+        if (next < 0) {
+          throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                      "[generate] every token allowed here ends the constraint trigger with bytes "
+                      "no value can start with");
+        }
+      }
     }
     if (i == 0) {
       t_first = std::chrono::steady_clock::now();
@@ -567,11 +652,13 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     }
     if (tk.is_eog(next) || (next == tk.bos() && tk.bos() != -1)) {  // BOS: a new document
       r.stop = StopReason::end_of_generation;
+      // A value that may end (a top-level number) ended here.
+      if (active && schema) value_done();
       break;
     }
+    block.clear();
     Took took = take(next);
     if (took == Took::ended) break;
-    block.clear();
     if (!pending.empty() && pending.front() == next) {  // drafted, evaluated already
       // Without drafts its evaluation would see the cancel and leave it out.
       if (cancel_requested()) {
@@ -586,7 +673,7 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       block.push_back(next);
     }
     bool ended = false;
-    if (schema && opt.jump_forward && took == Took::go) {
+    if (schema && active && opt.jump_forward && took == Took::go) {
       std::vector<int32_t> forced = forced_tokens(*schema, tk, model_.pieces(), kMaxForcedBytes);
       // Within the cap, and within the context: a value never shifts it.
       int64_t most = (int64_t)exec_->n_ctx() - (int64_t)(n_seq() + block.size());
@@ -594,7 +681,7 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       if ((int64_t)forced.size() > most) forced.resize((size_t)std::max<int64_t>(0, most));
       for (int32_t f : forced) {
         // What sampling would check of the token: allowed, and room to close after it.
-        left = room((int32_t)r.tokens.size(), n_seq() + block.size());
+        left = value_room((int32_t)r.tokens.size(), n_seq() + block.size());
         if (banned(f) || !schema->accepts_within(f, left - 1)) break;
         if (!pending.empty()) drop_pending();
         ++r.n_forced;
@@ -611,7 +698,7 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
       // A token joins the sequence even when generation ends here, so that a
       // later call continues from the text the caller has seen.
       const bool full = tokens_.size() >= (size_t)exec_->n_ctx();
-      if (full && (opt.context_policy == ContextPolicy::stop || opt.json || schema)) {
+      if (full && (opt.context_policy == ContextPolicy::stop || (active && constrained))) {
         r.stop = StopReason::context_full;
         break;
       }
@@ -666,6 +753,11 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   if (!rest.empty()) {
     r.text += rest;
     if (opt.on_token) opt.on_token(-1, rest);
+  }
+  if (r.constraint_triggered && active) {
+    // The value's bytes are the pieces fed to the constraint, and end the
+    // text before the closing tokens' (a value is whole UTF-8 once complete).
+    r.value_offset = std::max<int64_t>(0, (int64_t)(r.text.size() - close_text) - value_bytes);
   }
   r.generate_seconds = seconds_since(t_first);
   r.peak_resident_bytes = peak_resident_bytes();

@@ -211,6 +211,21 @@ struct GenerateOptions {
   // token is sampled as without drafts, so the output, the streamed text and
   // the session afterwards are the same, for any sampling settings.  0: off.
   int32_t n_draft = 0;
+  // Lazy constraint (json or json_schema only): the output is free text
+  // until it spells this trigger (UTF-8; a control token counts as its
+  // vocabulary text, so "<tool_call>" may be one special token), then one
+  // value with the usual guarantees.  Free text is sampled as without a
+  // constraint, except that a token ending the trigger must let the value
+  // start with its remaining bytes (else it is banned for that step and the
+  // sampler draws again).  When too few tokens are left for a value after
+  // the trigger, generation ends there (max_tokens or context_full) with no
+  // value.  An answer without the trigger ends as free text does.  Empty:
+  // the value starts at once.
+  std::string constraint_trigger;
+  // Appended after the value (tokenized with special tokens parsed, e.g.
+  // "</tool_call>"), streamed and counted as generated tokens, not
+  // evaluated; room for it is kept from the start of the value.
+  std::string constraint_close;
 };
 
 struct GenerateResult {
@@ -228,6 +243,11 @@ struct GenerateResult {
   int32_t n_forced = 0;       // tokens appended by jump_forward, unsampled (part of tokens)
   int32_t n_drafted = 0;      // tokens drafted and evaluated for verification (n_draft)
   int32_t n_accepted = 0;     // drafted tokens the sampler picked (part of tokens)
+  // constraint_trigger: whether the output spelled it.
+  bool constraint_triggered = false;
+  // json / json_schema: the byte offset in `text` where the value starts
+  // (0 without a trigger); -1 when no value started.
+  int64_t value_offset = -1;
   // The process's peak resident memory when the call ended (VmHWM, see
   // base/memory_info.h: whole process, model mapping included, never lower
   // than an earlier call's); 0 when the platform does not tell.

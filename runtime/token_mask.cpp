@@ -331,6 +331,17 @@ bool SchemaConstraint::advance(int32_t id) {
   return true;
 }
 
+bool SchemaConstraint::accepts_bytes(std::string_view bytes) {
+  return m_.feed(state_, bytes, &probe_) && !GrammarMatcher::dead(probe_);
+}
+
+bool SchemaConstraint::advance_bytes(std::string_view bytes, int64_t left) {
+  if (!accepts_bytes(bytes)) return false;
+  if (m_.min_completion(probe_, schema_->dist()) > left) return false;
+  std::swap(state_, probe_);
+  return true;
+}
+
 std::string SchemaConstraint::forced_bytes(size_t max) {
   const Grammar& g = schema_->grammar();
   std::string out;

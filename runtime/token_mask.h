@@ -145,6 +145,13 @@ class SchemaConstraint {
   // single-byte tokens.
   bool accepts_within(int32_t id, int64_t left);
   bool advance(int32_t id);
+  // Feeds bytes that are not one token's (the rest of a token that ended a
+  // lazy constraint's trigger); false, the state unchanged, when the value
+  // cannot go on with them or would leave it unclosable within `left`
+  // single-byte tokens.
+  bool advance_bytes(std::string_view bytes, int64_t left);
+  // Whether advance_bytes(bytes) would succeed (without the room check).
+  bool accepts_bytes(std::string_view bytes);
   // The value is complete (ended) and nothing can follow it.
   bool complete() const { return state_.ended && state_.tops.empty(); }
   // The value is complete but could go on (a top-level number).

@@ -80,7 +80,7 @@ std::string tools_schema(const std::vector<Tool>& tools) {
   return Json{{"anyOf", any}}.dump();
 }
 
-std::string tools_system_prompt(const std::vector<Tool>& tools) {
+std::string tools_system_prompt(const std::vector<Tool>& tools, const std::string& trigger) {
   check(tools);
   std::string out = "You can call these tools:\n";
   for (const Tool& t : tools) {
@@ -90,8 +90,14 @@ std::string tools_system_prompt(const std::vector<Tool>& tools) {
     line["parameters"] = parameters_of(t);
     out += line.dump() + "\n";
   }
-  out += "To call a tool, answer with one JSON object: "
-         "{\"name\": <the tool's name>, \"arguments\": <its arguments>}.";
+  if (trigger.empty()) {
+    out += "To call a tool, answer with one JSON object: "
+           "{\"name\": <the tool's name>, \"arguments\": <its arguments>}.";
+  } else {
+    out += "To call a tool, write " + trigger + " and then one JSON object: "
+           "{\"name\": <the tool's name>, \"arguments\": <its arguments>}. "
+           "When no tool fits, answer in plain text.";
+  }
   return out;
 }
 

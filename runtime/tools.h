@@ -27,7 +27,9 @@ std::string tools_schema(const std::vector<Tool>& tools);
 
 // The documented rendering for chat templates without a tool syntax of
 // their own: a system message listing each tool as one line of JSON, then
-// the answer format.
-std::string tools_system_prompt(const std::vector<Tool>& tools);
+// the answer format: the JSON object alone, or, with a trigger (a lazy
+// constraint, GenerateOptions::constraint_trigger), the trigger then the
+// object, or plain text when no tool fits.
+std::string tools_system_prompt(const std::vector<Tool>& tools, const std::string& trigger = "");
 
 }  // namespace lilims::runtime

@@ -172,4 +172,29 @@ std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
   return tk.encode_segments(parts, add_bos);
 }
 
+std::vector<ChatSegment> chat_continuation_segments(const std::string& name,
+                                                    const std::vector<ChatMessage>& msgs) {
+  // Rendered after a stand-in exchange, the conversation's segments after
+  // the stand-in answer are exactly what a longer conversation adds.
+  std::vector<ChatMessage> all = {{"user", "u"}, {"assistant", "a"}};
+  all.insert(all.end(), msgs.begin(), msgs.end());
+  std::vector<ChatSegment> segs = chat_template_segments(name, all, true);
+  size_t at = 0, texts = 0;
+  while (at < segs.size() && texts < 2) {
+    if (!segs[at].markup) ++texts;
+    ++at;
+  }
+  segs.erase(segs.begin(), segs.begin() + (ptrdiff_t)at);
+  return segs;
+}
+
+std::vector<int32_t> encode_chat_continuation(const Tokenizer& tk, const std::string& name,
+                                              const std::vector<ChatMessage>& msgs,
+                                              bool special_in_messages) {
+  const std::vector<ChatSegment> segs = chat_continuation_segments(name, msgs);
+  std::vector<Tokenizer::Segment> parts;  // views into segs
+  for (const ChatSegment& s : segs) parts.push_back({s.text, s.markup || special_in_messages});
+  return tk.encode_segments(parts, false);
+}
+
 }  // namespace lilims::tok

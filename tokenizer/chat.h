@@ -47,6 +47,17 @@ std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
                                  const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                  bool add_bos, bool special_in_messages = false);
 
+// What follows a sequence holding a conversation that ends in an assistant
+// answer (a saved session): the markup that ends the answer's turn (the end
+// of generation token that ended it is never evaluated), then `msgs` and
+// the generation prompt.  No BOS and no default system turn: the sequence
+// has them already.
+std::vector<ChatSegment> chat_continuation_segments(const std::string& name,
+                                                    const std::vector<ChatMessage>& msgs);
+std::vector<int32_t> encode_chat_continuation(const Tokenizer& tk, const std::string& name,
+                                              const std::vector<ChatMessage>& msgs,
+                                              bool special_in_messages = false);
+
 // The names apply_chat_template accepts.
 const std::vector<std::string>& chat_template_names();
 

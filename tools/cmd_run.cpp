@@ -37,9 +37,14 @@ void usage() {
       "  --tools FILE           tools the model may call (one tool object or an array;\n"
       "                         repeatable): they are described in the system turn and\n"
       "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
+"  --trigger TEXT         with --json, --json-schema or --tools: free text until the\n"
+      "                         output spells TEXT, then the value (a tool call after a\n"
+      "                         preamble, or no call at all); stdout carries the whole text\n"
+      "  --trigger-close TEXT   text appended after the value (e.g. \"</tool_call>\")\n"
       "  --template NAME        chat template: chatml, llama2, zephyr, phi3, llama3\n"
       "  --load-state FILE      start from a session state saved by --save-state (same\n"
-      "                         model and --kv-type); the prompt is appended to it\n"
+      "                         model and --kv-type); with a chat template the prompt is\n"
+      "                         the next user turn of the loaded conversation\n"
       "  --save-state FILE      after generating, save the session (prompt and output\n"
       "                         tokens, their KV cache rows) to FILE; with -n 0 the\n"
       "                         prompt is evaluated and saved, nothing generated\n"
@@ -113,6 +118,10 @@ int run_main(int argc, char** argv) {
         schema_arg = next();
       } else if (a == "--tools") {
         tool_files.push_back(next());
+      } else if (a == "--trigger") {
+        gen.constraint_trigger = next();
+      } else if (a == "--trigger-close") {
+        gen.constraint_close = next();
       } else if (a == "--load-state") {
         load_state = next();
       } else if (a == "--save-state") {
@@ -134,6 +143,10 @@ int run_main(int argc, char** argv) {
     if (!have_prompt) throw std::invalid_argument("a prompt is needed (-p TEXT or -f FILE)");
     if (gen.json + !schema_arg.empty() + !tool_files.empty() > 1) {
       throw std::invalid_argument("--json, --json-schema and --tools exclude each other");
+    }
+    if ((!gen.constraint_trigger.empty() || !gen.constraint_close.empty()) &&
+        !(gen.json || !schema_arg.empty() || !tool_files.empty())) {
+      throw std::invalid_argument("--trigger and --trigger-close need --json, --json-schema or --tools");
     }
     if (!gen.stop.empty() && (gen.json || !schema_arg.empty() || !tool_files.empty())) {
       throw std::invalid_argument("--stop does not apply to --json, --json-schema or --tools "
@@ -159,7 +172,7 @@ int run_main(int argc, char** argv) {
         for (runtime::Tool& t : runtime::parse_tools(tools::read_text_file(f))) all.push_back(std::move(t));
       }
       gen.json_schema = runtime::tools_schema(all);
-      tools_text = runtime::tools_system_prompt(all);
+      tools_text = runtime::tools_system_prompt(all, gen.constraint_trigger);
     }
     const bool constrained = gen.json || !gen.json_schema.empty();
     auto model = tools::open_model(common);
@@ -189,9 +202,19 @@ int run_main(int argc, char** argv) {
       if (!tools_text.empty()) {
         system_prompt = system_prompt.empty() ? tools_text : system_prompt + "\n\n" + tools_text;
       }
-      if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
-      msgs.push_back({"user", prompt});
-      ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, bos, special_in_prompt);
+      if (!bos) {
+        // A loaded conversation goes on with a user turn; its system turn is in it.
+        if (!system_prompt.empty()) {
+          std::fprintf(stderr, "lilims run: after --load-state the system turn (--system, --tools) "
+                               "is the loaded one; the new one is ignored\n");
+        }
+        ids = tok::encode_chat_continuation(model->tokenizer(), tmpl, {{"user", prompt}},
+                                            special_in_prompt);
+      } else {
+        if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
+        msgs.push_back({"user", prompt});
+        ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, bos, special_in_prompt);
+      }
     } else {
       if (!raw && !system_prompt.empty()) {
         std::fprintf(stderr, "lilims run: the model has no chat template; --system is ignored\n");
@@ -220,8 +243,13 @@ int run_main(int argc, char** argv) {
     if (gen.max_tokens < 0) gen.max_tokens = 0;  // the runtime's "no limit"
     const runtime::GenerateResult r = session.generate_tokens(ids, gen);
     if (constrained) {
-      if (r.stop != runtime::StopReason::end_of_generation) {
-        return cli::fail("run", "the JSON output did not close");
+      // With a trigger, an answer without it is free text, complete as it is.
+      const bool value_started = gen.constraint_trigger.empty() || r.constraint_triggered;
+      if (value_started && r.stop != runtime::StopReason::end_of_generation) {
+        return cli::fail("run", r.value_offset < 0
+                                    ? "the output spelled the trigger with too few tokens left "
+                                      "for a value (-n or -c)"
+                                    : "the JSON output did not close");
       }
       std::fwrite(r.text.data(), 1, r.text.size(), stdout);
     }

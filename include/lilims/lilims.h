@@ -467,6 +467,22 @@ typedef struct lilims_generate_params {
    * output is identical to n_draft 0 for every sampling setting; it is faster
    * when the answer copies from the prompt.  0 (the default) = off. */
   int32_t n_draft;
+  /* Lazy constraint, with json_object, json_schema or tools: the output is
+   * free text until it spells constraint_trigger (UTF-8; a special token
+   * counts as its text, so "<tool_call>" may be one token), then one value
+   * with the guarantees above; stats.constraint_triggered and
+   * stats.value_offset say whether and where.  So an answer may be text, a
+   * tool call, or both.  The free text is sampled as without a constraint,
+   * except that a token ending the trigger must let a value start with its
+   * remaining bytes.  When too few tokens are left for a value after the
+   * trigger, generation ends there (stop_reason 0 or 3) without one.  NULL
+   * (the default): the value starts at once, and room for it is checked
+   * up front. */
+  const char *constraint_trigger;
+  /* Text appended after the value (e.g. "</tool_call>"; special tokens
+   * parsed), streamed and counted as generated tokens but not evaluated.
+   * Room for it is kept.  NULL (the default): none. */
+  const char *constraint_close;
 } lilims_generate_params;
 
 lilims_generate_params lilims_generate_default_params(void);
@@ -500,6 +516,10 @@ typedef struct lilims_generate_stats {
   int32_t n_forced_tokens;   /* jump_forward: tokens appended unsampled (part of n_generated_tokens) */
   int32_t n_drafted_tokens;  /* n_draft: tokens drafted and evaluated for verification */
   int32_t n_accepted_tokens; /* n_draft: drafted tokens kept (part of n_generated_tokens) */
+  int32_t constraint_triggered; /* constraint_trigger: 1 when the output spelled it */
+  /* json_object / json_schema / tools: the byte offset in the generated text
+   * where the value starts (0 without a trigger); -1 when no value started */
+  int64_t value_offset;
 } lilims_generate_stats;
 
 /* Appends the prompt (raw text, tokenized here; may be empty) to the session,

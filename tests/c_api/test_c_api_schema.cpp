@@ -190,3 +190,71 @@ TEST(CApiSchema, GenerateParamsFromTheOlderHeader) {
 }
 
 }  // namespace
+
+// A lazy constraint: free text, the trigger, then the call and the closing
+// text; the stats say where the value starts.  A caller built before the
+// fields existed gets the value at once, and its stats are left alone.
+TEST(CApiSchema, LazyToolCallAfterText) {
+  const std::string path = lilims::test::smollm2_path();
+  LILIMS_REQUIRE_FILE(path, "scripts/fetch_model.sh");
+  lilims_model* m = open_model(path);
+  ASSERT_NE(m, nullptr);
+  lilims_session* s = new_session(m, 512);
+  const char* prompt = "<|im_start|>user\nOpen the camera.<|im_end|>\n<|im_start|>assistant\n";
+  lilims_generate_params gp = lilims_generate_default_params();
+  EXPECT_EQ(gp.constraint_trigger, nullptr);
+  EXPECT_EQ(gp.constraint_close, nullptr);
+  gp.max_tokens = 64;
+  gp.sampling.temperature = 0.0f;
+  gp.tools = kTools;
+  gp.n_tools = 2;
+  gp.constraint_trigger = "camera";  // SmolLM2 answers "The camera is ..." here
+  gp.constraint_close = "\nDone.";
+  Collected c;
+  gp.on_token = collect;
+  gp.user_data = &c;
+  lilims_generate_stats st;
+  std::memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  ASSERT_EQ(lilims_generate(s, prompt, &gp, &st), LILIMS_OK) << lilims_last_error();
+  EXPECT_EQ(st.constraint_triggered, 1) << c.text;
+  EXPECT_EQ(st.stop_reason, 1);
+  ASSERT_GT(st.value_offset, 0) << c.text;
+  ASSERT_GE(c.text.size(), (size_t)st.value_offset + 6);
+  EXPECT_NE(c.text.substr(0, (size_t)st.value_offset).find("camera"), std::string::npos) << c.text;
+  EXPECT_EQ(c.text.substr(c.text.size() - 6), "\nDone.");
+  const auto call = nlohmann::json::parse(
+      c.text.substr((size_t)st.value_offset, c.text.size() - 6 - (size_t)st.value_offset));
+  EXPECT_EQ(call["name"], "open_app") << c.text;
+
+  // Without a trigger the value starts at byte 0.
+  lilims_session_reset(s);
+  gp.constraint_trigger = nullptr;
+  c.text.clear();
+  ASSERT_EQ(lilims_generate(s, prompt, &gp, &st), LILIMS_OK) << lilims_last_error();
+  EXPECT_EQ(st.constraint_triggered, 0);
+  EXPECT_EQ(st.value_offset, 0);
+  EXPECT_EQ(c.text.rfind("{\"name\":", 0), 0u) << c.text;
+
+  // The older struct: the trigger is not read.
+  lilims_session_reset(s);
+  gp.constraint_trigger = "camera";
+  gp.struct_size = offsetof(lilims_generate_params, constraint_trigger);
+  c.text.clear();
+  lilims_generate_stats old;
+  std::memset(&old, 0x5a, sizeof old);
+  old.struct_size = offsetof(lilims_generate_stats, constraint_triggered);
+  ASSERT_EQ(lilims_generate(s, prompt, &gp, &old), LILIMS_OK) << lilims_last_error();
+  EXPECT_EQ(c.text.rfind("{\"name\":", 0), 0u) << c.text;
+  EXPECT_EQ(std::memcmp(&old.constraint_triggered, "\x5a\x5a\x5a\x5a", 4), 0);
+
+  // A trigger without a schema is refused before any work.
+  lilims_session_reset(s);
+  gp.struct_size = sizeof gp;
+  gp.tools = nullptr;
+  gp.n_tools = 0;
+  EXPECT_EQ(lilims_generate(s, prompt, &gp, nullptr), LILIMS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(lilims_last_error()).find("constraint_trigger"), std::string::npos);
+  lilims_session_free(s);
+  lilims_model_free(m);
+}

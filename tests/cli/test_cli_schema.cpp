@@ -80,5 +80,28 @@ TEST(CliSchema, Errors) {
                  "[tools] two tools are named 'a'");
 }
 
+// --trigger: free text, then the call; stdout carries the whole answer.
+TEST(CliSchema, TriggerToolCallAfterText) {
+  REQUIRE_SMOL();
+  std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Open the camera.", "-t", "1",
+                                   "-q", "--trigger", "call", "--trigger-close", " (done)"};
+  for (const std::string& a : tool_args()) args.push_back(a);
+  const Result r = run(args);
+  expect_no_crash(r);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const size_t at = r.out.find("call{");
+  ASSERT_NE(at, std::string::npos) << r.describe();
+  const std::string tail = " (done)\n";
+  ASSERT_GE(r.out.size(), at + 4 + tail.size());
+  EXPECT_EQ(r.out.substr(r.out.size() - tail.size()), tail);
+  const auto j = nlohmann::json::parse(r.out.substr(at + 4, r.out.size() - at - 4 - tail.size()));
+  EXPECT_EQ(j.at("name"), "open_app") << r.out;
+  // Only with a schema.
+  const Result bad = run({"run", "-m", smollm2_path(), "-p", "Hi", "--trigger", "call"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.describe();
+  EXPECT_TRUE(bad.out.empty());
+  EXPECT_NE(bad.err.find("--trigger"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace lilims::test::cli

@@ -140,4 +140,36 @@ TEST(ChatTemplate, UnknownNameThrows) {
   }
 }
 
+// A saved conversation goes on with the continuation: its text after the
+// first answer is the whole conversation's text after that answer, for
+// every template (whose whole-conversation texts the tests above check).
+// llama2's answers start with the space its template puts after [/INST].
+TEST(ChatTemplate, ContinuationIsTheRestOfTheConversation) {
+  const std::vector<ChatMessage> first = {kConversation[0], kConversation[1]};
+  for (const std::string& name : lilims::tok::chat_template_names()) {
+    const std::string answer = name == "llama2" ? " Hello!" : "Hello!";
+    std::string cont;
+    for (const auto& s : lilims::tok::chat_continuation_segments(name, {kConversation[3]})) {
+      cont += s.text;
+    }
+    EXPECT_EQ(apply_chat_template(name, first, true) + answer + cont,
+              apply_chat_template(name, kConversation, true))
+        << name;
+  }
+  // Tokens: the markup's special tokens are parsed, the message's text is not.
+  const std::string path = lilims::test::shared_data("vocab/ggml-vocab-phi-3.gguf");
+  LILIMS_REQUIRE_FILE(path, "ggml-org/llama.cpp models/");
+  auto f = lilims::gguf::File::open(path);
+  auto tok = lilims::tok::Tokenizer::from_gguf(*f);
+  const std::vector<ChatMessage> next = {{"user", "Say <|end|>"}};
+  const auto ids = lilims::tok::encode_chat_continuation(*tok, "phi3", next);
+  std::vector<ChatMessage> whole = kConversation;
+  whole.back() = next[0];
+  const auto all = lilims::tok::encode_chat(*tok, "phi3", whole, true, true);
+  ASSERT_GT(all.size(), ids.size());
+  EXPECT_EQ(std::vector<int32_t>(all.end() - (ptrdiff_t)ids.size(), all.end()), ids);
+  const int32_t end = tok->find_token("<|end|>");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), end), 2);
+}
+
 }  // namespace
