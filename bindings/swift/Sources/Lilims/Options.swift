@@ -109,6 +109,16 @@ public struct GenerateOptions: Sendable {
   public var addBos: Bool
   /// Special-token text in a prompt ("<|im_start|>") becomes special tokens.
   public var parseSpecial: Bool
+  /// With `jsonSchema` or `tools`: where the schema allows only certain
+  /// bytes next, append the tokenizer's tokens for them without sampling
+  /// (`GenerationStatistics.forcedTokens`).  The output is valid either
+  /// way; its tokens (so its text) may differ from decoding without it.
+  public var jumpForward: Bool
+  /// Prompt-lookup decoding: draft up to this many tokens (at most 64) from
+  /// an earlier occurrence of the latest tokens in the prompt and output,
+  /// and verify them in one block.  The output is the same as with 0 (off)
+  /// for every sampling setting; faster when the answer copies the prompt.
+  public var draftTokens: Int
 
   public init() {
     let d = lilims_generate_default_params()
@@ -131,6 +141,8 @@ public struct GenerateOptions: Sendable {
     reusePrefix = d.reuse_prefix != 0
     addBos = d.add_bos != 0
     parseSpecial = d.parse_special != 0
+    jumpForward = d.jump_forward != 0
+    draftTokens = Int(d.n_draft)
   }
 }
 
@@ -155,6 +167,12 @@ public struct GenerationStatistics: Sendable {
   public let maskSeconds: Double
   /// The process's peak resident memory when the call ended; 0 when unknown.
   public let peakResidentBytes: UInt64
+  /// `jumpForward`: tokens appended without sampling (part of `generatedTokens`).
+  public let forcedTokens: Int
+  /// `draftTokens`: tokens drafted and evaluated for verification.
+  public let draftedTokens: Int
+  /// `draftTokens`: drafted tokens kept (part of `generatedTokens`).
+  public let acceptedTokens: Int
 
   init(_ s: lilims_generate_stats) {
     promptTokens = Int(s.n_prompt_tokens)
@@ -169,6 +187,9 @@ public struct GenerationStatistics: Sendable {
     decodeTokensPerSecond = s.decode_tokens_per_second
     maskSeconds = s.mask_seconds
     peakResidentBytes = s.peak_resident_bytes
+    forcedTokens = Int(s.n_forced_tokens)
+    draftedTokens = Int(s.n_drafted_tokens)
+    acceptedTokens = Int(s.n_accepted_tokens)
   }
 }
 
@@ -200,13 +221,7 @@ public struct MemoryReport: Sendable {
 public func toolsPrompt(_ tools: [Tool]) throws -> String {
   let owned = CTools(tools)
   return try withExtendedLifetime(owned) {
-    var count = 0
-    let sizeStatus = lilims_tools_prompt(owned.tools, owned.tools.count, nil, 0, &count)
-    if sizeStatus != LILIMS_OK && count == 0 { throw LilimsError(sizeStatus) }
-    // The size leaves out the terminating NUL, which lilims writes too.
-    var bytes = [CChar](repeating: 0, count: count + 1)
-    try check(lilims_tools_prompt(owned.tools, owned.tools.count, &bytes, bytes.count, &count))
-    return String(decoding: bytes[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    try readString { lilims_tools_prompt(owned.tools, owned.tools.count, $0, $1, &$2) }
   }
 }
 
@@ -240,6 +255,20 @@ final class CTools {
   }
 }
 
+/// lilims_chat_message entries and the strings they point to.
+final class CChat {
+  private let strings: [CString]
+  let messages: [lilims_chat_message]
+
+  init(_ list: [ChatMessage]) {
+    let strings = list.flatMap { [CString($0.role), CString($0.content)] }
+    self.strings = strings
+    messages = (0..<list.count).map {
+      lilims_chat_message(role: strings[2 * $0].pointer, content: strings[2 * $0 + 1].pointer)
+    }
+  }
+}
+
 /// lilims_generate_params and everything its pointers reach, alive as long
 /// as this object.
 final class CGenerateParams {
@@ -266,6 +295,8 @@ final class CGenerateParams {
     p.add_bos = o.addBos ? 1 : 0
     p.parse_special = o.parseSpecial ? 1 : 0
     p.reuse_prefix = o.reusePrefix ? 1 : 0
+    p.jump_forward = o.jumpForward ? 1 : 0
+    p.n_draft = Int32(clamping: o.draftTokens)
     switch o.contextPolicy {
     case .stop:
       p.context_policy = Int32(LILIMS_CONTEXT_STOP.rawValue)
