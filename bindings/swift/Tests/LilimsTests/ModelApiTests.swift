@@ -1,6 +1,7 @@
 // The rest of the C API through Swift: model info, versions, status names,
-// token pieces, chat templates, logits and the log handler, on stories260K
-// (../shared/data, see its SOURCES.md).
+// token pieces, chat templates, logits and the log handler on stories260K
+// (../shared/data, see its SOURCES.md); the options' conversions to the C
+// params structs.
 import CLilims
 import Foundation
 import XCTest
@@ -119,5 +120,90 @@ final class ModelApiTests: XCTestCase {
     setLogHandler(nil)
     _ = try Model(path: path)
     XCTAssertEqual(reports.all.filter { $0.1.hasPrefix("[model_open]") }.count, 1, "\(reports.all)")
+  }
+}
+
+/// The options' conversions to and from lilims' params structs.
+final class OptionsTests: XCTestCase {
+  /// Default options are lilims' defaults, field by field.
+  func testDefaultsRoundTrip() {
+    assertSameFields(
+      CGenerateParams(GenerateOptions()).params, lilims_generate_default_params(),
+      [\.max_tokens, \.sampling.temperature, \.sampling.top_k, \.sampling.top_p,
+       \.sampling.min_p, \.sampling.repeat_penalty, \.sampling.repeat_last_n, \.sampling.seed,
+       \.frequency_penalty, \.presence_penalty, \.json_object, \.add_bos, \.parse_special,
+       \.reuse_prefix, \.jump_forward, \.n_draft, \.context_policy, \.n_keep])
+    assertSameFields(
+      SessionOptions().cParams, lilims_session_default_params(),
+      [\.n_ctx, \.n_threads, \.allow_ctx_beyond_train, \.memory_budget, \.n_batch, \.kv_type,
+       \.chunk_layers])
+  }
+
+  private func assertSameFields<P>(_ a: P, _ b: P, _ fields: [PartialKeyPath<P>],
+                                   line: UInt = #line) {
+    for field in fields {
+      let value = a[keyPath: field] as? AnyHashable
+      XCTAssertNotNil(value, "\(field)", line: line)
+      XCTAssertEqual(value, b[keyPath: field] as? AnyHashable, "\(field)", line: line)
+    }
+  }
+
+  /// Every option reaches its field; Ints beyond int32_t are clamped.
+  func testOptionsReachTheirFields() {
+    var o = GenerateOptions()
+    o.maxTokens = Int(Int32.max) + 1
+    o.temperature = 0.5
+    o.topK = 7
+    o.topP = 0.9
+    o.minP = 0.05
+    o.repeatPenalty = 1.1
+    o.repeatLastN = 32
+    o.seed = 42
+    o.frequencyPenalty = 0.25
+    o.presencePenalty = 0.75
+    o.jsonObject = true
+    o.addBos = false
+    o.parseSpecial = false
+    o.reusePrefix = true
+    o.jumpForward = false
+    o.draftTokens = 6
+    o.contextPolicy = .shift(keep: 3)
+    var p = CGenerateParams(o).params
+    XCTAssertEqual(p.max_tokens, Int32.max)
+    XCTAssertEqual(p.sampling.temperature, 0.5)
+    XCTAssertEqual(p.sampling.top_k, 7)
+    XCTAssertEqual(p.sampling.top_p, 0.9)
+    XCTAssertEqual(p.sampling.min_p, 0.05)
+    XCTAssertEqual(p.sampling.repeat_penalty, 1.1)
+    XCTAssertEqual(p.sampling.repeat_last_n, 32)
+    XCTAssertEqual(p.sampling.seed, 42)
+    XCTAssertEqual(p.frequency_penalty, 0.25)
+    XCTAssertEqual(p.presence_penalty, 0.75)
+    XCTAssertEqual(p.json_object, 1)
+    XCTAssertEqual(p.add_bos, 0)
+    XCTAssertEqual(p.parse_special, 0)
+    XCTAssertEqual(p.reuse_prefix, 1)
+    XCTAssertEqual(p.jump_forward, 0)
+    XCTAssertEqual(p.n_draft, 6)
+    XCTAssertEqual(p.context_policy, Int32(LILIMS_CONTEXT_SHIFT.rawValue))
+    XCTAssertEqual(p.n_keep, 3)
+    o.contextPolicy = .shift()
+    p = CGenerateParams(o).params
+    XCTAssertEqual(p.n_keep, -1)
+
+    var s = SessionOptions(contextLength: 512, threads: 3)
+    s.allowContextBeyondTrained = true
+    s.memoryBudget = 1 << 40
+    s.batchSize = -5
+    s.kvCacheType = .q8_0
+    s.chunkLayers = 2
+    let sp = s.cParams
+    XCTAssertEqual(sp.n_ctx, 512)
+    XCTAssertEqual(sp.n_threads, 3)
+    XCTAssertEqual(sp.allow_ctx_beyond_train, 1)
+    XCTAssertEqual(sp.memory_budget, 1 << 40)
+    XCTAssertEqual(sp.n_batch, -5)
+    XCTAssertEqual(sp.kv_type, Int32(LILIMS_KV_Q8_0.rawValue))
+    XCTAssertEqual(sp.chunk_layers, 2)
   }
 }
