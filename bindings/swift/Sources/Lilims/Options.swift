@@ -9,44 +9,96 @@ public enum KVCacheType: Int32, Sendable {
 
 /// How a session is made (lilims_session_params); the defaults are lilims'.
 public struct SessionOptions: Sendable {
+  // Each starts as lilims' default: init reads them from
+  // lilims_session_default_params through `fields`.
   /// Context length in tokens.  0: the model's trained context when the
-  /// session fits `memoryBudget` (or the memory available), else the largest
-  /// power of two below it that fits, down to 256.
-  public var contextLength: Int
+  /// session fits `memoryBudget` (or the memory available), else the
+  /// largest power of two below it that fits, down to 256.
+  public var contextLength = 0
   /// 0: every core.
-  public var threads: Int
+  public var threads = 0
   /// Accept a context longer than the model was trained for.
-  public var allowContextBeyondTrained: Bool
+  public var allowContextBeyondTrained = false
   /// Bytes the session may take beyond its model
   /// (`Model.sessionMemoryEstimate`); 0: what the machine has available.
-  public var memoryBudget: UInt64
+  public var memoryBudget: UInt64 = 0
   /// Tokens per prefill block; 0: lilims' default (64).
-  public var batchSize: Int
-  public var kvCacheType: KVCacheType
+  public var batchSize = 0
+  public var kvCacheType = KVCacheType.f16
   /// Transformer blocks per execution chunk; 0: lilims' default (3).
-  public var chunkLayers: Int
+  public var chunkLayers = 0
 
   public init(contextLength: Int = 0, threads: Int = 0) {
-    let d = lilims_session_default_params()
+    CField.load(Self.fields, into: &self, from: lilims_session_default_params())
     self.contextLength = contextLength
     self.threads = threads
-    allowContextBeyondTrained = d.allow_ctx_beyond_train != 0
-    memoryBudget = d.memory_budget
-    batchSize = Int(d.n_batch)
-    kvCacheType = KVCacheType(rawValue: d.kv_type) ?? .f16
-    chunkLayers = Int(d.chunk_layers)
   }
 
   var cParams: lilims_session_params {
     var p = lilims_session_default_params()
-    p.n_ctx = Int32(clamping: contextLength)
-    p.n_threads = Int32(clamping: threads)
-    p.allow_ctx_beyond_train = allowContextBeyondTrained ? 1 : 0
-    p.memory_budget = memoryBudget
-    p.n_batch = Int32(clamping: batchSize)
-    p.kv_type = kvCacheType.rawValue
-    p.chunk_layers = Int32(clamping: chunkLayers)
+    CField.store(Self.fields, from: self, into: &p)
     return p
+  }
+
+  /// Each option and the field of lilims_session_params it stands for.
+  private static var fields: [CField<SessionOptions, lilims_session_params>] {
+    [
+      .int(\.contextLength, \.n_ctx),
+      .int(\.threads, \.n_threads),
+      .flag(\.allowContextBeyondTrained, \.allow_ctx_beyond_train),
+      .same(\.memoryBudget, \.memory_budget),
+      .int(\.batchSize, \.n_batch),
+      .raw(\.kvCacheType, \.kv_type, unknown: .f16),
+      .int(\.chunkLayers, \.chunk_layers),
+    ]
+  }
+}
+
+/// One option and the C params field it stands for, both ways: options
+/// start from lilims' defaults (`load`) and are passed as params (`store`).
+struct CField<Options, Params> {
+  let load: (inout Options, Params) -> Void
+  let store: (Options, inout Params) -> Void
+
+  static func load(_ fields: [CField], into options: inout Options, from params: Params) {
+    for field in fields { field.load(&options, params) }
+  }
+
+  static func store(_ fields: [CField], from options: Options, into params: inout Params) {
+    for field in fields { field.store(options, &params) }
+  }
+
+  /// The same type on both sides.
+  static func same<T>(_ option: WritableKeyPath<Options, T>, _ field: WritableKeyPath<Params, T>)
+    -> CField
+  {
+    CField(load: { $0[keyPath: option] = $1[keyPath: field] },
+           store: { $1[keyPath: field] = $0[keyPath: option] })
+  }
+
+  /// An Int passed as an int32_t, clamped to its range.
+  static func int(_ option: WritableKeyPath<Options, Int>, _ field: WritableKeyPath<Params, Int32>)
+    -> CField
+  {
+    CField(load: { $0[keyPath: option] = Int($1[keyPath: field]) },
+           store: { $1[keyPath: field] = Int32(clamping: $0[keyPath: option]) })
+  }
+
+  /// A Bool passed as an int32_t: nonzero is true, true is 1.
+  static func flag(_ option: WritableKeyPath<Options, Bool>,
+                   _ field: WritableKeyPath<Params, Int32>) -> CField
+  {
+    CField(load: { $0[keyPath: option] = $1[keyPath: field] != 0 },
+           store: { $1[keyPath: field] = $0[keyPath: option] ? 1 : 0 })
+  }
+
+  /// An enum passed as its raw value; a value Swift does not know loads as `unknown`.
+  static func raw<T: RawRepresentable>(_ option: WritableKeyPath<Options, T>,
+                                       _ field: WritableKeyPath<Params, T.RawValue>,
+                                       unknown: T) -> CField
+  {
+    CField(load: { $0[keyPath: option] = T(rawValue: $1[keyPath: field]) ?? unknown },
+           store: { $1[keyPath: field] = $0[keyPath: option].rawValue })
   }
 }
 
@@ -75,62 +127,92 @@ public enum ContextPolicy: Sendable, Equatable {
 
 /// Sampling and stopping (lilims_generate_params); the defaults are lilims'.
 public struct GenerateOptions: Sendable {
+  // Each starts as lilims' default: init reads those of the C params from
+  // lilims_generate_default_params through `fields`.
   /// Stop after this many new tokens; 0 or less: at the end of generation
   /// or when the context is full.
-  public var maxTokens: Int
-  public var temperature: Float  // 0: greedy
-  public var topK: Int  // 0: off
-  public var topP: Float  // 1: off
-  public var minP: Float  // 0: off
-  public var repeatPenalty: Float  // 1: off
-  public var repeatLastN: Int
+  public var maxTokens = 0
+  public var temperature: Float = 0  // 0: greedy
+  public var topK = 0  // 0: off
+  public var topP: Float = 1  // 1: off
+  public var minP: Float = 0  // 0: off
+  public var repeatPenalty: Float = 1  // 1: off
+  public var repeatLastN = 0
   /// OpenAI's penalties over the tokens generated in this call; 0: off.
-  public var frequencyPenalty: Float
-  public var presencePenalty: Float
+  public var frequencyPenalty: Float = 0
+  public var presencePenalty: Float = 0
   /// Added to a token's logit before anything else; -infinity bans it.
-  public var logitBias: [Token: Float]
-  public var seed: UInt64
+  public var logitBias: [Token: Float] = [:]
+  public var seed: UInt64 = 0
   /// Generation ends when the text contains one of these; neither it nor
   /// what follows is streamed.
-  public var stop: [String]
+  public var stop: [String] = []
   /// The output is one strictly valid JSON object; generation ends when it closes.
-  public var jsonObject: Bool
+  public var jsonObject = false
   /// A JSON Schema (JSON text) the output is one valid value of.
-  public var jsonSchema: String?
+  public var jsonSchema: String? = nil
   /// Non-empty: the output is {"name": <a tool>, "arguments": <its arguments>}.
   /// Describe the tools to the model with `toolsPrompt(_:)`.
-  public var tools: [Tool]
-  public var contextPolicy: ContextPolicy
+  public var tools: [Tool] = []
+  public var contextPolicy = ContextPolicy.stop
   /// The prompt is the whole sequence the session should hold (a chat
   /// rendered anew each turn): the part of it already in the session is kept
   /// and only the rest is evaluated (`GenerationStatistics.reusedTokens`).
-  public var reusePrefix: Bool
+  public var reusePrefix = false
   /// Add BOS when the session is empty and the model asks for it.
-  public var addBos: Bool
+  public var addBos = true
   /// Special-token text in a prompt ("<|im_start|>") becomes special tokens.
-  public var parseSpecial: Bool
+  public var parseSpecial = true
+  /// With `jsonSchema` or `tools`: where the schema allows only certain
+  /// bytes next, append the tokenizer's tokens for them without sampling
+  /// (`GenerationStatistics.forcedTokens`).  The output is valid either
+  /// way; its tokens (so its text) may differ from decoding without it.
+  public var jumpForward = true
+  /// Prompt-lookup decoding: draft up to this many tokens (at most 64) from
+  /// an earlier occurrence of the latest tokens in the prompt and output,
+  /// and verify them in one block.  The output is the same as with 0 (off)
+  /// for every sampling setting; faster when the answer copies the prompt.
+  public var draftTokens = 0
 
   public init() {
-    let d = lilims_generate_default_params()
-    maxTokens = Int(d.max_tokens)
-    temperature = d.sampling.temperature
-    topK = Int(d.sampling.top_k)
-    topP = d.sampling.top_p
-    minP = d.sampling.min_p
-    repeatPenalty = d.sampling.repeat_penalty
-    repeatLastN = Int(d.sampling.repeat_last_n)
-    frequencyPenalty = d.frequency_penalty
-    presencePenalty = d.presence_penalty
-    logitBias = [:]
-    seed = d.sampling.seed
-    stop = []
-    jsonObject = d.json_object != 0
-    jsonSchema = nil
-    tools = []
-    contextPolicy = .stop
-    reusePrefix = d.reuse_prefix != 0
-    addBos = d.add_bos != 0
-    parseSpecial = d.parse_special != 0
+    CField.load(Self.fields, into: &self, from: lilims_generate_default_params())
+  }
+
+  /// Each option held in lilims_generate_params itself (the ones held
+  /// behind pointers are CGenerateParams' to pass) and its field.
+  fileprivate static var fields: [CField<GenerateOptions, lilims_generate_params>] {
+    [
+      .int(\.maxTokens, \.max_tokens),
+      .same(\.temperature, \.sampling.temperature),
+      .int(\.topK, \.sampling.top_k),
+      .same(\.topP, \.sampling.top_p),
+      .same(\.minP, \.sampling.min_p),
+      .same(\.repeatPenalty, \.sampling.repeat_penalty),
+      .int(\.repeatLastN, \.sampling.repeat_last_n),
+      .same(\.seed, \.sampling.seed),
+      .same(\.frequencyPenalty, \.frequency_penalty),
+      .same(\.presencePenalty, \.presence_penalty),
+      .flag(\.jsonObject, \.json_object),
+      .flag(\.addBos, \.add_bos),
+      .flag(\.parseSpecial, \.parse_special),
+      .flag(\.reusePrefix, \.reuse_prefix),
+      .flag(\.jumpForward, \.jump_forward),
+      .int(\.draftTokens, \.n_draft),
+      CField(
+        load: { o, p in
+          o.contextPolicy = p.context_policy == Int32(LILIMS_CONTEXT_SHIFT.rawValue)
+            ? .shift(keep: p.n_keep < 0 ? nil : Int(p.n_keep)) : .stop
+        },
+        store: { o, p in
+          switch o.contextPolicy {
+          case .stop:
+            p.context_policy = Int32(LILIMS_CONTEXT_STOP.rawValue)
+          case .shift(let keep):
+            p.context_policy = Int32(LILIMS_CONTEXT_SHIFT.rawValue)
+            p.n_keep = Int32(clamping: keep ?? -1)
+          }
+        }),
+    ]
   }
 }
 
@@ -155,6 +237,12 @@ public struct GenerationStatistics: Sendable {
   public let maskSeconds: Double
   /// The process's peak resident memory when the call ended; 0 when unknown.
   public let peakResidentBytes: UInt64
+  /// `jumpForward`: tokens appended without sampling (part of `generatedTokens`).
+  public let forcedTokens: Int
+  /// `draftTokens`: tokens drafted and evaluated for verification.
+  public let draftedTokens: Int
+  /// `draftTokens`: drafted tokens kept (part of `generatedTokens`).
+  public let acceptedTokens: Int
 
   init(_ s: lilims_generate_stats) {
     promptTokens = Int(s.n_prompt_tokens)
@@ -169,6 +257,9 @@ public struct GenerationStatistics: Sendable {
     decodeTokensPerSecond = s.decode_tokens_per_second
     maskSeconds = s.mask_seconds
     peakResidentBytes = s.peak_resident_bytes
+    forcedTokens = Int(s.n_forced_tokens)
+    draftedTokens = Int(s.n_drafted_tokens)
+    acceptedTokens = Int(s.n_accepted_tokens)
   }
 }
 
@@ -200,13 +291,7 @@ public struct MemoryReport: Sendable {
 public func toolsPrompt(_ tools: [Tool]) throws -> String {
   let owned = CTools(tools)
   return try withExtendedLifetime(owned) {
-    var count = 0
-    let sizeStatus = lilims_tools_prompt(owned.tools, owned.tools.count, nil, 0, &count)
-    if sizeStatus != LILIMS_OK && count == 0 { throw LilimsError(sizeStatus) }
-    // The size leaves out the terminating NUL, which lilims writes too.
-    var bytes = [CChar](repeating: 0, count: count + 1)
-    try check(lilims_tools_prompt(owned.tools, owned.tools.count, &bytes, bytes.count, &count))
-    return String(decoding: bytes[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    try readString { lilims_tools_prompt(owned.tools, owned.tools.count, $0, $1, &$2) }
   }
 }
 
@@ -240,6 +325,20 @@ final class CTools {
   }
 }
 
+/// lilims_chat_message entries and the strings they point to.
+final class CChat {
+  private let strings: [CString]
+  let messages: [lilims_chat_message]
+
+  init(_ list: [ChatMessage]) {
+    let strings = list.flatMap { [CString($0.role), CString($0.content)] }
+    self.strings = strings
+    messages = (0..<list.count).map {
+      lilims_chat_message(role: strings[2 * $0].pointer, content: strings[2 * $0 + 1].pointer)
+    }
+  }
+}
+
 /// lilims_generate_params and everything its pointers reach, alive as long
 /// as this object.
 final class CGenerateParams {
@@ -252,27 +351,7 @@ final class CGenerateParams {
 
   init(_ o: GenerateOptions) {
     var p = lilims_generate_default_params()
-    p.max_tokens = Int32(clamping: o.maxTokens)
-    p.sampling.temperature = o.temperature
-    p.sampling.top_k = Int32(clamping: o.topK)
-    p.sampling.top_p = o.topP
-    p.sampling.min_p = o.minP
-    p.sampling.repeat_penalty = o.repeatPenalty
-    p.sampling.repeat_last_n = Int32(clamping: o.repeatLastN)
-    p.sampling.seed = o.seed
-    p.frequency_penalty = o.frequencyPenalty
-    p.presence_penalty = o.presencePenalty
-    p.json_object = o.jsonObject ? 1 : 0
-    p.add_bos = o.addBos ? 1 : 0
-    p.parse_special = o.parseSpecial ? 1 : 0
-    p.reuse_prefix = o.reusePrefix ? 1 : 0
-    switch o.contextPolicy {
-    case .stop:
-      p.context_policy = Int32(LILIMS_CONTEXT_STOP.rawValue)
-    case .shift(let keep):
-      p.context_policy = Int32(LILIMS_CONTEXT_SHIFT.rawValue)
-      p.n_keep = Int32(clamping: keep ?? -1)
-    }
+    CField.store(GenerateOptions.fields, from: o, into: &p)
     stopStrings = o.stop.map(CString.init)
     stopPointers = stopStrings.map { UnsafePointer($0.pointer) }
     schema = o.jsonSchema.map(CString.init)

@@ -75,6 +75,16 @@ public final class Session: @unchecked Sendable {
     }
   }
 
+  /// The logits after the last evaluated token (one per vocabulary entry),
+  /// once the calls made before this one are done; nil before any
+  /// evaluation and after `truncate(keeping:)` until the next one.
+  public var logits: [Float]? {
+    queue.sync {
+      guard let values = lilims_session_logits(handle) else { return nil }
+      return Array(UnsafeBufferPointer(start: values, count: model.info.vocabularySize))
+    }
+  }
+
   /// The figures of the last generation that ran to its end (after the calls
   /// made before this one).
   public var lastStatistics: GenerationStatistics? { queue.sync { statistics } }
@@ -157,7 +167,7 @@ public final class Session: @unchecked Sendable {
     -> AsyncThrowingStream<String, Error>
   {
     stream(options, text) { handle in
-      try Session.evalChat(handle: handle, model: self.model.handle, messages: messages,
+      try Session.evalChat(handle: handle, model: self.model, messages: messages,
                            addBos: options.addBos)
       return ""  // generate continues after the evaluated conversation
     }
@@ -175,26 +185,16 @@ public final class Session: @unchecked Sendable {
     -> AsyncThrowingStream<GenerationEvent, Error>
   {
     stream(options, { $0 }) { handle in
-      try Session.evalChat(handle: handle, model: self.model.handle, messages: messages,
+      try Session.evalChat(handle: handle, model: self.model, messages: messages,
                            addBos: options.addBos)
       return ""
     }
   }
 
-  private static func evalChat(handle: OpaquePointer, model: OpaquePointer,
-                               messages: [ChatMessage], addBos: Bool) throws {
-    // lilims reads the strings during the call only.
-    let strings = messages.flatMap { [$0.role, $0.content] }.map { CString($0) }
-    let cMessages = (0..<messages.count).map {
-      lilims_chat_message(role: strings[2 * $0].pointer, content: strings[2 * $0 + 1].pointer)
-    }
-    try withExtendedLifetime(strings) {
-      let tokens: [lilims_token] = try readArray { buffer, capacity, count in
-        lilims_chat_tokenize(model, nil, cMessages, cMessages.count, 1, addBos ? 1 : 0, 0,
-                             buffer, capacity, &count)
-      }
-      try check(lilims_session_eval(handle, tokens, tokens.count))
-    }
+  private static func evalChat(handle: OpaquePointer, model: Model, messages: [ChatMessage],
+                               addBos: Bool) throws {
+    let tokens = try model.tokenize(messages: messages, addBos: addBos)
+    try check(lilims_session_eval(handle, tokens, tokens.count))
   }
 
   /// Runs `prepare` (which returns the prompt) then lilims_generate on the

@@ -187,6 +187,36 @@ final class GenerationTests: XCTestCase {
     XCTAssertEqual(s.tokenCount, 5, "a refused state changed the session")
   }
 
+  /// Prompt-lookup drafts on a prompt that repeats itself: the same greedy
+  /// text as without them, and some drafts kept.
+  func testDrafting() async throws {
+    let repeats = "Once upon a time, there was a little girl named Lily. Once upon a time, there was a little"
+    let defaults = GenerateOptions()
+    XCTAssertEqual(defaults.draftTokens, 0)
+    XCTAssertTrue(defaults.jumpForward)
+    let (plain, plainStats) = try await runEvents(try session(256), repeats, greedy(64))
+    var options = greedy(64)
+    options.draftTokens = 6
+    let (drafted, stats) = try await runEvents(try session(256), repeats, options)
+    XCTAssertEqual(drafted, plain)
+    XCTAssertEqual(stats.generatedTokens, plainStats.generatedTokens)
+    XCTAssertEqual(plainStats.draftedTokens, 0)
+    XCTAssertEqual(plainStats.acceptedTokens, 0)
+    XCTAssertGreaterThan(stats.draftedTokens, 0)
+    XCTAssertGreaterThan(stats.acceptedTokens, 0)
+    XCTAssertLessThanOrEqual(stats.acceptedTokens, stats.draftedTokens)
+    XCTAssertEqual(stats.forcedTokens, 0)
+
+    options.draftTokens = -1
+    do {
+      _ = try await runEvents(try session(64), "Once", options)
+      XCTFail("a negative draft length was accepted")
+    } catch let error as LilimsError {
+      XCTAssertEqual(error.code, .invalidArgument, error.message)
+      XCTAssertTrue(error.message.hasPrefix("[generate] n_draft"), error.message)
+    }
+  }
+
   func testTokenizer() throws {
     let model = try Model(path: path)
     let ids = try model.tokenize(prompt, addBos: true)
@@ -231,6 +261,32 @@ final class SmolLM2GenerationTests: XCTestCase {
     let parsed = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(call.utf8)) as? [String: Any])
     XCTAssertTrue(["open_app", "set_timer"].contains(parsed["name"] as? String ?? ""), call)
     XCTAssertNotNil(parsed["arguments"] as? [String: Any], call)
+  }
+
+  /// Jump-forward appends the tokens a tool call's schema forces without
+  /// sampling them; off, none are, and the call is valid either way.
+  func testJumpForward() async throws {
+    let model = try Model(path: path)
+    let tool = Tool(
+      name: "open_app", description: "Open an app on the phone.",
+      parameters: #"{"type":"object","properties":{"app":{"enum":["camera","photos","maps"]}},"required":["app"],"additionalProperties":false}"#)
+    var options = greedy(64)
+    options.tools = [tool]
+    for jump in [true, false] {
+      options.jumpForward = jump
+      let session = try Session(model: model, contextLength: 512, threads: 2)
+      let (call, stats) = try await runEvents(
+        session, "<|im_start|>user\nOpen the camera.<|im_end|>\n<|im_start|>assistant\n", options)
+      let parsed = try XCTUnwrap(
+        try JSONSerialization.jsonObject(with: Data(call.utf8)) as? [String: Any], call)
+      XCTAssertEqual(parsed["name"] as? String, "open_app", call)
+      if jump {
+        XCTAssertGreaterThan(stats.forcedTokens, 3, call)
+      } else {
+        XCTAssertEqual(stats.forcedTokens, 0, call)
+      }
+      XCTAssertLessThanOrEqual(stats.forcedTokens, stats.generatedTokens)
+    }
   }
 
   /// A Q8_0 KV cache takes about half the memory of F16 and still answers.

@@ -139,6 +139,65 @@ final class LoadingTests: XCTestCase {
     XCTAssertEqual(model.info.vocabularySize, 512)
   }
 
+  /// A manifest `lilims manifest` wrote (tests/data/stories260k.manifest.json)
+  /// is accepted at open and on an open model; copies with a tensor's hash,
+  /// the file's hash or the lilims version changed are refused with the
+  /// status and message the C API documents.
+  func testManifest() throws {
+    let good = repoFile("tests/data/stories260k.manifest.json")
+    let text = try String(contentsOfFile: good, encoding: .utf8)
+    for useMmap in [true, false] {
+      let model = try Model(path: path, options: ModelOptions(
+        useMmap: useMmap, manifestPath: good, checkManifestFileHash: true))
+      XCTAssertNoThrow(try model.checkManifest(path: good, checkFileHash: true))
+    }
+
+    /// `text` with the first character after `key` replaced by a different one.
+    func corrupted(_ key: String, _ name: String) throws -> String {
+      let start = try XCTUnwrap(text.range(of: key), key).upperBound
+      let old = text[start]
+      let file = NSTemporaryDirectory() + "lilims-swift-\(name).manifest.json"
+      let changed = text.replacingCharacters(in: start...start, with: old == "9" ? "8" : "9")
+      try changed.write(toFile: file, atomically: true, encoding: .utf8)
+      return file
+    }
+    let tensor = try corrupted("\"xxh3_128\": \"", "tensor")
+    let wholeFile = try corrupted("\"file_xxh3_128\": \"", "file")
+    let newer = try corrupted("\"requires_lilims\": \"", "newer")
+    defer {
+      for file in [tensor, wholeFile, newer] { try? FileManager.default.removeItem(atPath: file) }
+    }
+
+    func expect(_ code: LilimsError.Code, _ message: String, _ call: () throws -> Void) {
+      XCTAssertThrowsError(try call()) { error in
+        let e = error as? LilimsError
+        XCTAssertEqual(e?.code, code, "\(error)")
+        XCTAssertTrue(e?.message.contains(message) ?? false, "\(error)")
+      }
+    }
+    expect(.badFormat, "tensor token_embd.weight differs from the manifest") {
+      _ = try Model(path: path, options: ModelOptions(manifestPath: tensor))
+    }
+    // The file's hash is checked only when asked for.
+    XCTAssertNoThrow(try Model(path: path, options: ModelOptions(manifestPath: wholeFile)))
+    expect(.badFormat, "the file differs from the manifest") {
+      _ = try Model(path: path, options: ModelOptions(manifestPath: wholeFile,
+                                                      checkManifestFileHash: true))
+    }
+    expect(.unsupported, "needs lilims 9") {
+      _ = try Model(path: path, options: ModelOptions(manifestPath: newer))
+    }
+    expect(.io, "/nonexistent/x.json") {
+      _ = try Model(path: path, options: ModelOptions(manifestPath: "/nonexistent/x.json"))
+    }
+
+    let model = try Model(path: path)
+    expect(.badFormat, "tensor token_embd.weight differs from the manifest") { try model.checkManifest(path: tensor) }
+    XCTAssertNoThrow(try model.checkManifest(path: wholeFile))
+    expect(.badFormat, "the file differs from the manifest") { try model.checkManifest(path: wholeFile, checkFileHash: true) }
+    expect(.io, "/nonexistent/x.json") { try model.checkManifest(path: "/nonexistent/x.json") }
+  }
+
   func testModelBudget() throws {
     let fileBytes = UInt64(try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int)
     XCTAssertThrowsError(try Model(path: path, options: ModelOptions(memoryBudget: fileBytes / 2)))

@@ -9,10 +9,15 @@ let environment = ProcessInfo.processInfo.environment
 /// ../shared/data beside the repository (LILIMS_SHARED_DATA_DIR overrides).
 func sharedData(_ relative: String) -> String {
   if let dir = environment["LILIMS_SHARED_DATA_DIR"] { return dir + "/" + relative }
-  let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent()  // LilimsTests
+  return repoFile("../shared/data/" + relative)
+}
+
+/// A file of the repository's own (tests/data/...).
+func repoFile(_ relative: String) -> String {
+  URL(fileURLWithPath: #filePath).deletingLastPathComponent()  // LilimsTests
     .deletingLastPathComponent().deletingLastPathComponent()  // Tests, swift
     .deletingLastPathComponent().deletingLastPathComponent()  // bindings, repo
-  return repo.deletingLastPathComponent().appendingPathComponent("shared/data/" + relative).path
+    .appendingPathComponent(relative).path
 }
 
 func smolLM2Path() -> String {
