@@ -273,7 +273,7 @@ TEST(LazyConstraint, SmolLM2ToolCallAfterTextDraftsChangeNothing) {
   const J schema = J::parse(schema_text);
   SessionOptions so;
   so.n_threads = 2;
-  so.n_ctx = 1024;
+  so.n_ctx = 512;
   Session session(*model, so);
   // SmolLM2-135M follows no tool prompt reliably; it writes "You can call"
   // at once for the first request and code for the others, so this trigger
@@ -286,7 +286,7 @@ TEST(LazyConstraint, SmolLM2ToolCallAfterTextDraftsChangeNothing) {
     const std::vector<int32_t> prompt =
         tok::encode_chat(model->tokenizer(), "chatml", msgs, true, true);
     GenerateOptions go;
-    go.max_tokens = 80;
+    go.max_tokens = 48;
     go.json_schema = schema_text;
     go.constraint_trigger = trigger;
     go.constraint_close = "\nDone.";

@@ -173,6 +173,14 @@ public struct GenerateOptions: Sendable {
   /// and verify them in one block.  The output is the same as with 0 (off)
   /// for every sampling setting; faster when the answer copies the prompt.
   public var draftTokens = 0
+  /// A lazy constraint, with `jsonObject`, `jsonSchema` or `tools`: free
+  /// text until the output spells this (a special token counts as its text,
+  /// so "<tool_call>" may be one token), then one value
+  /// (`GenerationStatistics.constraintTriggered`, `valueOffset`).  nil: the
+  /// value starts at once.
+  public var constraintTrigger: String? = nil
+  /// Text appended after the value ("</tool_call>"), streamed, not evaluated.
+  public var constraintClose: String? = nil
 
   public init() {
     CField.load(Self.fields, into: &self, from: lilims_generate_default_params())
@@ -243,6 +251,11 @@ public struct GenerationStatistics: Sendable {
   public let draftedTokens: Int
   /// `draftTokens`: drafted tokens kept (part of `generatedTokens`).
   public let acceptedTokens: Int
+  /// `constraintTrigger`: whether the output spelled it.
+  public let constraintTriggered: Bool
+  /// With a schema, tools or `jsonObject`: the UTF-8 byte offset in the text
+  /// where the value starts (0 without a trigger); nil when none started.
+  public let valueOffset: Int?
 
   init(_ s: lilims_generate_stats) {
     promptTokens = Int(s.n_prompt_tokens)
@@ -260,6 +273,8 @@ public struct GenerationStatistics: Sendable {
     forcedTokens = Int(s.n_forced_tokens)
     draftedTokens = Int(s.n_drafted_tokens)
     acceptedTokens = Int(s.n_accepted_tokens)
+    constraintTriggered = s.constraint_triggered != 0
+    valueOffset = s.value_offset < 0 ? nil : Int(s.value_offset)
   }
 }
 
@@ -346,6 +361,8 @@ final class CGenerateParams {
   private let stopStrings: [CString]
   private let stopPointers: [UnsafePointer<CChar>?]
   private let schema: CString?
+  private let trigger: CString?
+  private let close: CString?
   private let tools: CTools
   private let bias: [lilims_logit_bias]
 
@@ -355,6 +372,8 @@ final class CGenerateParams {
     stopStrings = o.stop.map(CString.init)
     stopPointers = stopStrings.map { UnsafePointer($0.pointer) }
     schema = o.jsonSchema.map(CString.init)
+    trigger = o.constraintTrigger.map(CString.init)
+    close = o.constraintClose.map(CString.init)
     tools = CTools(o.tools)
     bias = o.logitBias.sorted { $0.key < $1.key }.map { lilims_logit_bias(token: $0.key, bias: $0.value) }
     params = p
@@ -369,6 +388,8 @@ final class CGenerateParams {
           p.stop = stop.isEmpty ? nil : stop.baseAddress
           p.n_stop = stop.count
           p.json_schema = schema.map { UnsafePointer($0.pointer) }
+          p.constraint_trigger = trigger.map { UnsafePointer($0.pointer) }
+          p.constraint_close = close.map { UnsafePointer($0.pointer) }
           p.tools = tools.isEmpty ? nil : tools.baseAddress
           p.n_tools = tools.count
           p.logit_bias = bias.isEmpty ? nil : bias.baseAddress

@@ -289,6 +289,31 @@ final class SmolLM2GenerationTests: XCTestCase {
     }
   }
 
+  /// A lazy constraint: free text, the trigger, the call, the closing text;
+  /// valueOffset says where the call starts (in UTF-8 bytes).
+  func testLazyToolCall() async throws {
+    let model = try Model(path: path)
+    let tool = Tool(
+      name: "open_app", description: "Open an app on the phone.",
+      parameters: #"{"type":"object","properties":{"app":{"enum":["camera","photos","maps"]}},"required":["app"],"additionalProperties":false}"#)
+    var options = greedy(64)
+    options.tools = [tool]
+    options.constraintTrigger = "camera"  // SmolLM2 answers "The camera is ..." here
+    options.constraintClose = " (done)"
+    let session = try Session(model: model, contextLength: 512, threads: 2)
+    let (text, stats) = try await runEvents(
+      session, "<|im_start|>user\nOpen the camera.<|im_end|>\n<|im_start|>assistant\n", options)
+    XCTAssertTrue(stats.constraintTriggered, text)
+    XCTAssertEqual(stats.stopReason, .endOfGeneration, text)
+    let offset = try XCTUnwrap(stats.valueOffset, text)
+    let bytes = Array(text.utf8)
+    XCTAssertTrue(text.hasSuffix(" (done)"), text)
+    let call = Data(bytes[offset..<(bytes.count - 7)])
+    let parsed = try XCTUnwrap(try JSONSerialization.jsonObject(with: call) as? [String: Any], text)
+    XCTAssertEqual(parsed["name"] as? String, "open_app", text)
+    XCTAssertTrue(String(decoding: bytes[..<offset], as: UTF8.self).contains("camera"), text)
+  }
+
   /// A Q8_0 KV cache takes about half the memory of F16 and still answers.
   func testQ8Cache() async throws {
     let model = try Model(path: path)
