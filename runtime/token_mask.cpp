@@ -276,6 +276,25 @@ size_t SchemaCache::size() const {
 SchemaConstraint::SchemaConstraint(std::shared_ptr<const CompiledSchema> schema)
     : schema_(std::move(schema)), m_(schema_->grammar()), state_(m_.start()) {}
 
+namespace {
+
+// kSpreadBits[x]: the 8 bytes 0/1 of x's bits, bit 0 in the first byte in
+// memory (the table is built in the machine's byte order).
+struct SpreadTable {
+  uint64_t v[256];
+  SpreadTable() {
+    for (int x = 0; x < 256; ++x) {
+      uint8_t bytes[8];
+      for (int k = 0; k < 8; ++k) bytes[k] = (uint8_t)(x >> k & 1);
+      std::memcpy(&v[x], bytes, 8);
+    }
+  }
+  const uint64_t& operator[](size_t i) const { return v[i]; }
+};
+const SpreadTable kSpreadBits;
+
+}  // namespace
+
 void SchemaConstraint::fill_mask(uint8_t* allowed) {
   const TokenTrie& t = schema_->trie();
   const size_t words = ((size_t)t.n_vocab() + 63) / 64;
@@ -311,7 +330,14 @@ void SchemaConstraint::fill_mask(uint8_t* allowed) {
       std::memset(allowed + base, b ? 1 : 0, len);
       continue;
     }
-    for (size_t k = 0; k < len; ++k) allowed[base + k] = (uint8_t)(b >> k & 1);
+    if (len < 64) {
+      for (size_t k = 0; k < len; ++k) allowed[base + k] = (uint8_t)(b >> k & 1);
+      continue;
+    }
+    // Eight tokens a byte of bits: one 8-byte store each.
+    for (size_t j = 0; j < 8; ++j) {
+      std::memcpy(allowed + base + 8 * j, &kSpreadBits[(b >> (8 * j)) & 0xff], 8);
+    }
   }
 }
 

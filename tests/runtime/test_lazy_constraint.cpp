@@ -276,11 +276,11 @@ TEST(LazyConstraint, SmolLM2ToolCallAfterTextDraftsChangeNothing) {
   so.n_ctx = 512;
   Session session(*model, so);
   // SmolLM2-135M follows no tool prompt reliably; it writes "You can call"
-  // at once for the first request and code for the others, so this trigger
-  // gives a call after text and two answers of text alone.
+  // at once for the first request and code for the second, so this trigger
+  // gives a call after text and an answer of text alone.
   const std::string trigger = "call";
   int with_value = 0;
-  for (const char* ask : {"Open the camera.", "Set a timer for ten minutes.", "Take a photo."}) {
+  for (const char* ask : {"Open the camera.", "Set a timer for ten minutes."}) {
     const std::vector<tok::ChatMessage> msgs = {{"system", tools_system_prompt(tools, trigger)},
                                                 {"user", ask}};
     const std::vector<int32_t> prompt =
@@ -307,8 +307,7 @@ TEST(LazyConstraint, SmolLM2ToolCallAfterTextDraftsChangeNothing) {
     EXPECT_EQ(r.text.substr(r.text.size() - 6), "\nDone.");
     EXPECT_EQ(validate(schema, schema, J::parse(value), "#"), "") << r.text;
   }
-  EXPECT_GE(with_value, 1);
-  EXPECT_LE(with_value, 2);
+  EXPECT_EQ(with_value, 1);
 }
 
 }  // namespace
