@@ -123,7 +123,7 @@ void TokenTrie::build(int32_t node, size_t depth) {
 }
 
 CompiledSchema::CompiledSchema(Grammar g, std::shared_ptr<const TokenTrie> trie)
-    : g_(std::move(g)), trie_(std::move(trie)), masks_(g_.nodes.size()) {
+    : g_(std::move(g)), trie_(std::move(trie)), masks_(g_.nodes.size()), same_(g_.nodes.size(), -1) {
   dist_ = g_.distances_to_end(trie_->single_bytes(), nullptr);
   alias_.resize(g_.nodes.size());
   std::iota(alias_.begin(), alias_.end(), 0);
@@ -163,13 +163,67 @@ int64_t CompiledSchema::walks() const {
 const CompiledSchema::NodeMask& CompiledSchema::node_mask(int32_t node) const {
   node = alias_[(size_t)node];
   std::lock_guard<std::mutex> lock(mu_);
+  if (same_[(size_t)node] >= 0) return *masks_[(size_t)same_[(size_t)node]];
   std::unique_ptr<NodeMask>& m = masks_[(size_t)node];
   if (!m) {
     const auto [run, pos] = string_pos_[(size_t)node];
-    m = std::make_unique<NodeMask>(run >= 0 ? string_mask(g_.char_runs[(size_t)run], pos) : walk(node));
+    if (run >= 0) {
+      m = std::make_unique<NodeMask>(string_mask(g_.char_runs[(size_t)run], pos));
+    } else {
+      constexpr int kHashDepth = 2;
+      std::vector<int32_t>& bucket = walked_[shape_hash(node, kHashDepth)];
+      for (int32_t w : bucket) {
+        std::set<std::array<int32_t, 3>> seen;
+        if (same_future(node, w, (int32_t)trie_->max_piece(), seen)) {
+          same_[(size_t)node] = w;
+          return *masks_[(size_t)w];
+        }
+      }
+      m = std::make_unique<NodeMask>(walk(node));
+      bucket.push_back(node);
+    }
     ++walks_;
   }
   return *m;
+}
+
+bool CompiledSchema::same_future(int32_t a, int32_t b, int32_t bytes,
+                                 std::set<std::array<int32_t, 3>>& seen) const {
+  if (a == b) return true;
+  if (!seen.insert({a, b, bytes}).second) return true;  // a cycle, or compared already
+  const Grammar::Node& x = g_.nodes[(size_t)a];
+  const Grammar::Node& y = g_.nodes[(size_t)b];
+  if (x.end != y.end || x.bytes.size() != y.bytes.size() || x.calls.size() != y.calls.size() ||
+      x.eps.size() != y.eps.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < x.bytes.size(); ++i) {
+    const Grammar::ByteEdge &p = x.bytes[i], &q = y.bytes[i];
+    if (p.lo != q.lo || p.hi != q.hi) return false;
+    if (bytes > 0 && !same_future(p.to, q.to, bytes - 1, seen)) return false;
+  }
+  // A called rule may take no bytes, so its continuation keeps the budget.
+  for (size_t i = 0; i < x.calls.size(); ++i) {
+    if (x.calls[i].rule != y.calls[i].rule) return false;
+    if (!same_future(x.calls[i].to, y.calls[i].to, bytes, seen)) return false;
+  }
+  for (size_t i = 0; i < x.eps.size(); ++i) {
+    if (!same_future(x.eps[i], y.eps[i], bytes, seen)) return false;
+  }
+  return true;
+}
+
+uint64_t CompiledSchema::shape_hash(int32_t node, int depth) const {
+  const Grammar::Node& n = g_.nodes[(size_t)node];
+  uint64_t h = XXH3_64bits_withSeed(nullptr, 0, (uint64_t)n.end << 48 | (uint64_t)n.bytes.size() << 32 |
+                                                    (uint64_t)n.calls.size() << 16 | n.eps.size());
+  const auto mix = [&](uint64_t v) { h = XXH3_64bits_withSeed(&v, sizeof v, h); };
+  for (const Grammar::ByteEdge& e : n.bytes) {
+    mix((uint64_t)e.lo << 8 | e.hi);
+    if (depth > 0) mix(shape_hash(e.to, depth - 1));
+  }
+  for (const Grammar::CallEdge& c : n.calls) mix((uint64_t)(uint32_t)c.rule);
+  return h;
 }
 
 CompiledSchema::NodeMask CompiledSchema::walk(int32_t node) const {

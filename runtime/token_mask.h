@@ -14,7 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <map>
+#include <set>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,6 +105,15 @@ class CompiledSchema {
 
  private:
   NodeMask walk(int32_t node) const;
+  // Whether every byte string of at most `bytes` bytes does the same from
+  // nodes a and b (by their structure: the same end flags, byte ranges,
+  // called rules, and targets that do the same in turn), so that one's
+  // walk serves the other: a token has at most max_piece() bytes.  `seen`
+  // holds the pairs under comparison (assumed equal while they are).
+  bool same_future(int32_t a, int32_t b, int32_t bytes, std::set<std::array<int32_t, 3>>& seen) const;
+  // A hash of a node's first few bytes of structure, equal for nodes
+  // same_future calls equal.
+  uint64_t shape_hash(int32_t node, int depth) const;
   // A position of a counted string from the tokens' string spans: only
   // the bytes after a closing quote are followed through the grammar.
   NodeMask string_mask(const Grammar::CharRun& run, int64_t pos) const;
@@ -115,6 +127,11 @@ class CompiledSchema {
   std::vector<std::pair<int32_t, int64_t>> string_pos_;
   mutable std::vector<std::unique_ptr<NodeMask>> masks_;  // (nodes) null until walked
   mutable int64_t walks_ = 0;
+  // Walked nodes by shape_hash, and for a node not walked itself the walked
+  // node whose mask serves it (-1: none yet).  Regular expressions repeat
+  // their classes (an email's local part, then its host's labels).
+  mutable std::unordered_map<uint64_t, std::vector<int32_t>> walked_;
+  mutable std::vector<int32_t> same_;
 };
 
 // Compiled schemas of one model, keyed by XXH3-64 of the canonical text.
