@@ -12,8 +12,14 @@
 namespace {
 
 const char kUsage[] =
-    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain] [--no-progress]\n"
+    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain]\n"
+    "       [--tensor-type PATTERN=TYPE]... [--no-progress]\n"
     "  TYPE      Q4_0, Q4_1, Q8_0 or F16 (also F32)\n"
+    "  --tensor-type PATTERN=TYPE  (repeatable) the 2-D weights whose name matches the glob\n"
+    "            PATTERN ('*' any run, '?' one character, [0-9] a class; the whole name) take\n"
+    "            TYPE instead; the first matching rule wins. E.g. token_embd.weight=Q8_0,\n"
+    "            'blk.*.ffn_down.weight=Q8_0'. A pattern that matches no weight, an unknown\n"
+    "            TYPE or a weight whose rows do not split into TYPE's blocks is an error.\n"
     "  --method  search (default): per block, the scale with the least squared error;\n"
     "            plain: GGML's reference round-to-nearest (llama.cpp's reference bytes)\n"
     "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
@@ -42,6 +48,13 @@ int cmd_quantize(int argc, char** argv) {
       if (m == "plain") opt.method = lilims::quant::QuantMethod::plain;
       else if (m == "search") opt.method = lilims::quant::QuantMethod::search;
       else return lilims::cli::fail("quantize", "--method expects search or plain, got '" + m + "'");
+    } else if (!std::strcmp(a, "--tensor-type")) {
+      if (k + 1 >= argc) return lilims::cli::fail("quantize", "--tensor-type needs PATTERN=TYPE");
+      try {
+        opt.tensor_types.push_back(lilims::gguf::parse_tensor_type_rule(argv[++k]));
+      } catch (const std::exception& e) {
+        return lilims::cli::fail("quantize", e.what());
+      }
     } else if (a[0] == '-' && a[1]) {
       return lilims::cli::fail("quantize", std::string("unknown option ") + a + " (try --help)");
     } else if (n_pos < 3) {
