@@ -318,15 +318,22 @@ TEST(KlDivergence, Stories260kMatchesLlamaCpp) {
                 name.c_str(), s.kld_mean, s.kld_se, kld, s.kld_p99, want["kld_p99"].get<double>(),
                 100 * s.same_top, want["same_top_percent"].get<double>(), s.ppl,
                 want["ppl"].get<double>(), s.ppl_base, want["ppl_base"].get<double>());
-    // The two runtimes' logits differ by float rounding (F16 KV cache in
-    // llama.cpp, summation order), far below the quantization's effect: the
-    // perplexities agree to 0.1% and the mean KLD to 3% of itself (plus the
-    // 16-nat clamp of llama.cpp's base file: < 5.7e-5 of probability mass).
-    EXPECT_NEAR(s.ppl_base, want["ppl_base"].get<double>(), 1e-3 * s.ppl_base);
-    EXPECT_NEAR(s.ppl, want["ppl"].get<double>(), 1e-3 * s.ppl);
-    EXPECT_NEAR(s.kld_mean, kld, 0.03 * kld);
+    // The two runtimes' logits differ by float rounding (summation order,
+    // Q8 activation rounding paths): the perplexities agree within 0.5%, as
+    // tests/runtime/test_perplexity.cpp asks of them.  llama.cpp's "PPL(base)"
+    // comes from its clamped uint16 base file (16 nats below the top token),
+    // so the base is compared with its plain run of the F32 model.
+    EXPECT_NEAR(s.ppl_base, golden["results"]["F32"]["ppl"].get<double>(), 5e-3 * s.ppl_base);
+    EXPECT_NEAR(s.ppl, want["ppl"].get<double>(), 5e-3 * s.ppl);
+    // KLD: an absolute 3.5e-5, llama.cpp's own p99 KLD of the F32 model
+    // against itself (its base file's resolution and F16 rounding), plus a
+    // relative part for the runtimes' differing logits: 1% of the mean, 5%
+    // of the median and p99 (single order statistics move more).
+    EXPECT_NEAR(s.kld_mean, kld, 3.5e-5 + 0.01 * kld);
     EXPECT_NEAR(s.kld_median, want["kld_median"].get<double>(),
-                0.05 * want["kld_median"].get<double>());
+                3.5e-5 + 0.05 * want["kld_median"].get<double>());
+    EXPECT_NEAR(s.kld_p99, want["kld_p99"].get<double>(), 3.5e-5 + 0.05 * want["kld_p99"].get<double>());
+    // Same top token: within 1% of the positions (~2 standard errors), from near-ties.
     EXPECT_NEAR(100 * s.same_top, want["same_top_percent"].get<double>(), 1.0);
   }
 }
