@@ -1,7 +1,11 @@
 // Re-quantization (`lilims quantize`): GGUF in, GGUF out through gguf::Writer.
 #include "models/requantize.h"
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -145,7 +149,9 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
                                                    "' matches no 2-D weight of the model");
     }
   }
-  std::vector<float> row;
+  if (opt.importance && opt.method != quant::QuantMethod::search) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] an imatrix needs the search method");
+  }
   std::vector<uint8_t> data;
   for (size_t k = 0; k < in.tensors().size(); ++k) {
     const TensorInfo& t = in.tensors()[k];
@@ -167,20 +173,59 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const uint64_t ne0 = t.ne[0], rows = t.n_elements / ne0;
     const uint64_t src_row = ne0 / src.block_size * src.block_bytes;
     const uint64_t dst_row = ne0 / dst->block_size * dst->block_bytes;
-    row.resize(ne0);
     data.resize(rows * dst_row);
     // Q4_K -> Q4_1 has an exact path (quant/dequant_ref.h); floats would
     // round every element again.
     const quant::DequantTraits* dq = quant::dequant_traits(t.type);
     const bool transcode = dq && dq->transcode && dq->load_as == dst->type;
-    for (uint64_t r = 0; r < rows; ++r) {
-      if (transcode) {
-        dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
-        continue;
+    const float* importance = nullptr;
+    if (opt.importance && dst->block_size > 1) {
+      const auto it = opt.importance->find(t.name);
+      if (it != opt.importance->end()) {
+        if (it->second.size() != ne0) {
+          throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                      "[quantize] the imatrix has " + std::to_string(it->second.size()) + " columns for " +
+                          t.name + ", which has " + std::to_string(ne0));
+        }
+        importance = it->second.data();
       }
-      src.to_float(t.data + r * src_row, row.data(), static_cast<int64_t>(ne0));
-      quant::quantize_row(dst->type, row.data(), data.data() + r * dst_row,
-                          static_cast<int64_t>(ne0), opt.method);
+    }
+    auto convert = [&](uint64_t r0, uint64_t r1) {
+      std::vector<float> buf(ne0);
+      for (uint64_t r = r0; r < r1; ++r) {
+        if (transcode) {
+          dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
+          continue;
+        }
+        src.to_float(t.data + r * src_row, buf.data(), static_cast<int64_t>(ne0));
+        if (importance) {
+          quant::quantize_row_weighted(dst->type, buf.data(), data.data() + r * dst_row,
+                                       static_cast<int64_t>(ne0), importance);
+        } else {
+          quant::quantize_row(dst->type, buf.data(), data.data() + r * dst_row,
+                              static_cast<int64_t>(ne0), opt.method);
+        }
+      }
+    };
+    const uint64_t n_threads = std::min<uint64_t>(rows, static_cast<uint64_t>(std::max(1, opt.n_threads)));
+    if (n_threads <= 1) {
+      convert(0, rows);
+    } else {
+      std::vector<std::thread> workers;
+      std::exception_ptr failure;
+      std::mutex failure_mutex;
+      for (uint64_t k = 0; k < n_threads; ++k) {
+        workers.emplace_back([&, k] {
+          try {
+            convert(rows * k / n_threads, rows * (k + 1) / n_threads);
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(failure_mutex);
+            if (!failure) failure = std::current_exception();
+          }
+        });
+      }
+      for (std::thread& th : workers) th.join();
+      if (failure) std::rethrow_exception(failure);
     }
     out.add_tensor(t.name, t.ne, static_cast<uint32_t>(dst->type), data.data(), data.size());
   }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,14 @@ TensorTypeRule parse_tensor_type_rule(const std::string& text);
 struct RequantizeOptions {
   quant::QuantMethod method = quant::QuantMethod::search;
   std::vector<TensorTypeRule> tensor_types;
+  // Per-column importance (imatrix) by tensor name: a tensor with an entry
+  // is quantized by quant::quantize_row_weighted (the search, weighted);
+  // the entry must have one value per column (LILIMS_ERR_INVALID_ARGUMENT
+  // otherwise) and needs method search.  Null: none.
+  const std::map<std::string, std::vector<float>>* importance = nullptr;
+  // Rows of a tensor are quantized on this many threads (the bytes do not
+  // depend on it).
+  int n_threads = 1;
   // Called before each tensor (index, count, info); may be empty.
   std::function<void(size_t, size_t, const TensorInfo&)> progress;
 };

@@ -10,19 +10,27 @@ namespace lilims::quant {
 namespace {
 
 // Squared error of one block against x, measured on what the block actually
-// dequantizes to (the scalar oracle), so fp16 rounding of d/m is counted.
-double block_sse(Type t, const void* block, const float* x) {
+// dequantizes to (the scalar oracle), so fp16 rounding of d/m is counted;
+// weighted by w[j] when w is set.
+double block_sse(Type t, const void* block, const float* x, const float* w = nullptr) {
   float y[kBlock];
   traits(t).to_float(block, y, kBlock);
   double e = 0;
   for (int j = 0; j < kBlock; ++j) {
     const double diff = static_cast<double>(x[j]) - y[j];
-    e += diff * diff;
+    e += (w ? w[j] : 1.0) * diff * diff;
   }
   return e;
 }
 
-int clampi(long v, int lo, int hi) { return static_cast<int>(std::min<long>(hi, std::max<long>(lo, v))); }
+// std::lround(v) clamped to [lo, hi], without the library call: v + 0.5
+// (sign of v) is exact in double for a float, and truncating it rounds half
+// away from zero as lround does; out-of-range and NaN inputs clamp first.
+int round_clamp(float v, int lo, int hi) {
+  if (!(v > static_cast<float>(lo))) return lo;
+  if (!(v < static_cast<float>(hi))) return hi;
+  return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
+}
 
 // --- plain: GGML's reference rounding -------------------------------------
 
@@ -82,60 +90,91 @@ void encode(float d, const int* q, BlockQ4_0& b) {  // q in [-8, 7]
 // delta in [-1, 2] by 0.1 (beyond the end clips it, short of it leaves
 // levels unused); each candidate's levels get the least-squares scale
 // sum(x q) / sum(q q), then are re-rounded with it and refitted once more.
+// A candidate's error is computed as the block dequantizes (fp16 scale times
+// level, in float), without encoding it.  With importance weights w the
+// squared errors and the fits are weighted, and the sweep runs a second time
+// from the largest value among the columns that carry weight (w >= 5% of the
+// block's largest), so an outlier in an unweighted column may be clipped.
 template <typename Block>
-void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best) {
-  double best_err = block_sse(t, &best, x);  // `best` holds the plain block
+void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, const float* w) {
+  double best_err = block_sse(t, &best, x, w);  // `best` holds the starting block
   float amax = 0, max = 0;
+  float wmax = 0;
   for (int j = 0; j < kBlock; ++j) {
     if (std::fabs(x[j]) > amax) {
       amax = std::fabs(x[j]);
       max = x[j];
     }
+    if (w) wmax = std::max(wmax, w[j]);
   }
   if (amax == 0 || !std::isfinite(amax)) return;
+  float max_w = max;
+  if (w && wmax > 0) {
+    float a = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      if (w[j] >= 0.05f * wmax && std::fabs(x[j]) > a) {
+        a = std::fabs(x[j]);
+        max_w = x[j];
+      }
+    }
+  }
   int q[kBlock];
+  int best_q[kBlock];
+  float best_d = 0;
+  bool found = false;
   auto levels = [&](float d) {
     const float id = 1 / d;
-    for (int j = 0; j < kBlock; ++j) q[j] = clampi(std::lround(x[j] * id), qmin, qmax);
+    for (int j = 0; j < kBlock; ++j) q[j] = round_clamp(x[j] * id, qmin, qmax);
   };
   auto lsq = [&]() -> float {
     double xq = 0, qq = 0;
     for (int j = 0; j < kBlock; ++j) {
-      xq += static_cast<double>(x[j]) * q[j];
-      qq += static_cast<double>(q[j]) * q[j];
+      const double wj = w ? w[j] : 1.0;
+      xq += wj * x[j] * q[j];
+      qq += wj * q[j] * q[j];
     }
     return qq > 0 ? static_cast<float>(xq / qq) : 0.0f;
   };
   auto consider = [&](float d) {
-    Block b;
-    encode(d, q, b);
-    const double e = block_sse(t, &b, x);
+    const float d16 = fp16_to_fp32(fp32_to_fp16(d));
+    double e = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const double diff = static_cast<double>(x[j]) - static_cast<float>(d16 * q[j]);
+      e += (w ? w[j] : 1.0) * diff * diff;
+    }
     if (e < best_err) {
       best_err = e;
-      best = b;
+      best_d = d;
+      std::memcpy(best_q, q, sizeof q);
+      found = true;
     }
   };
-  for (int end = 0; end < 2; ++end) {
-    for (int k = -10; k <= 20; ++k) {
-      const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -0.1f : 0.1f) * k;
-      if (std::fabs(c) < 0.5f) continue;
-      levels(max / c);
-      for (int it = 0; it < 2; ++it) {
-        const float d = lsq();
-        if (d == 0) break;
-        consider(d);
-        const float d16 = fp16_to_fp32(fp32_to_fp16(d));  // re-round with the stored scale
-        levels(d16 != 0 ? d16 : d);
+  auto sweep = [&](float top) {
+    for (int end = 0; end < 2; ++end) {
+      for (int k = -10; k <= 20; ++k) {
+        const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -0.1f : 0.1f) * k;
+        if (std::fabs(c) < 0.5f) continue;
+        levels(top / c);
+        for (int it = 0; it < 2; ++it) {
+          const float d = lsq();
+          if (d == 0) break;
+          consider(d);
+          const float d16 = fp16_to_fp32(fp32_to_fp16(d));  // re-round with the stored scale
+          levels(d16 != 0 ? d16 : d);
+        }
       }
     }
-  }
+  };
+  sweep(max);
+  if (max_w != max && max_w != 0) sweep(max_w);
+  if (found) encode(best_d, best_q, best);
 }
 
 // Q4_1 (x ~ d * q + m, q in [0, 15]): candidate ranges [lo, hi] trimmed by
 // up to 10% at either end; each is refined by alternating re-rounding and a
-// joint least-squares fit of (d, m) for the levels.
-void search_q4_1(const float* x, BlockQ4_1& best) {
-  double best_err = block_sse(Type::Q4_1, &best, x);
+// joint least-squares fit of (d, m) for the levels (weighted by w when set).
+void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
+  double best_err = block_sse(Type::Q4_1, &best, x, w);
   float min = x[0], max = x[0];
   for (int j = 1; j < kBlock; ++j) {
     min = std::min(min, x[j]);
@@ -146,19 +185,23 @@ void search_q4_1(const float* x, BlockQ4_1& best) {
   int q[kBlock];
   auto levels = [&](float d, float m) {
     const float id = 1 / d;
-    for (int j = 0; j < kBlock; ++j) q[j] = clampi(std::lround((x[j] - m) * id), 0, 15);
+    for (int j = 0; j < kBlock; ++j) q[j] = round_clamp((x[j] - m) * id, 0, 15);
   };
   auto consider = [&](float d, float m) {
-    BlockQ4_1 b;
-    b.d = fp32_to_fp16(d);
-    b.m = fp32_to_fp16(m);
-    for (int j = 0; j < kBlock / 2; ++j) {
-      b.qs[j] = static_cast<uint8_t>(q[j] | (q[j + kBlock / 2] << 4));
+    const float d16 = fp16_to_fp32(fp32_to_fp16(d));
+    const float m16 = fp16_to_fp32(fp32_to_fp16(m));
+    double e = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const double diff = static_cast<double>(x[j]) - static_cast<float>(d16 * q[j] + m16);
+      e += (w ? w[j] : 1.0) * diff * diff;
     }
-    const double e = block_sse(Type::Q4_1, &b, x);
     if (e < best_err) {
       best_err = e;
-      best = b;
+      best.d = fp32_to_fp16(d);
+      best.m = fp32_to_fp16(m);
+      for (int j = 0; j < kBlock / 2; ++j) {
+        best.qs[j] = static_cast<uint8_t>(q[j] | (q[j + kBlock / 2] << 4));
+      }
     }
   };
   for (int a = 0; a <= 4; ++a) {
@@ -167,22 +210,50 @@ void search_q4_1(const float* x, BlockQ4_1& best) {
       float d = (hi - lo) / 15, m = lo;
       for (int it = 0; it < 3 && d > 0; ++it) {
         levels(d, m);
-        double s_qq = 0, s_q = 0, s_xq = 0, s_x = 0;
+        double s_w = 0, s_qq = 0, s_q = 0, s_xq = 0, s_x = 0;
         for (int j = 0; j < kBlock; ++j) {
-          s_qq += static_cast<double>(q[j]) * q[j];
-          s_q += q[j];
-          s_xq += static_cast<double>(x[j]) * q[j];
-          s_x += x[j];
+          const double wj = w ? w[j] : 1.0;
+          s_w += wj;
+          s_qq += wj * q[j] * q[j];
+          s_q += wj * q[j];
+          s_xq += wj * x[j] * q[j];
+          s_x += wj * x[j];
         }
-        const double det = s_qq * kBlock - s_q * s_q;
+        const double det = s_qq * s_w - s_q * s_q;
         if (det <= 0) break;  // all levels equal: nothing to fit
-        d = static_cast<float>((kBlock * s_xq - s_q * s_x) / det);
+        d = static_cast<float>((s_w * s_xq - s_q * s_x) / det);
         m = static_cast<float>((s_qq * s_x - s_q * s_xq) / det);
         consider(d, m);
       }
     }
   }
 }
+
+Type type_of(const BlockQ8_0&) { return Type::Q8_0; }
+Type type_of(const BlockQ4_0&) { return Type::Q4_0; }
+Type type_of(const BlockQ4_1&) { return Type::Q4_1; }
+
+// One block by the search: from the plain block, or with importance weights
+// w from whichever of the plain and the unweighted search's block has the
+// smaller weighted error (so the result's weighted error is never above
+// either), then searched again under the weights.
+template <typename Block, typename Plain, typename Search>
+void searched_block(const float* x, const float* w, Block& out, Plain plain, Search search) {
+  plain(x, out);
+  if (!w) {
+    search(x, out, nullptr);
+    return;
+  }
+  Block s = out;
+  search(x, s, nullptr);
+  if (block_sse(type_of(s), &s, x, w) < block_sse(type_of(out), &out, x, w)) out = s;
+  search(x, out, w);
+}
+
+void plain_q8_0(const float* x, BlockQ8_0& b);
+
+void search_q8_0(const float* x, BlockQ8_0& b, const float* w) { search_symmetric(x, -127, 127, Type::Q8_0, b, w); }
+void search_q4_0(const float* x, BlockQ4_0& b, const float* w) { search_symmetric(x, -8, 7, Type::Q4_0, b, w); }
 
 }  // namespace
 
@@ -200,10 +271,17 @@ float quantize_block_q8(const float* x, int8_t* q, int* sum) {
   return d;
 }
 
+namespace {
+void plain_q8_0(const float* x, BlockQ8_0& b) { b.d = fp32_to_fp16(quantize_block_q8(x, b.q)); }
+}  // namespace
+
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n, QuantMethod method) {
   for (int64_t i = 0; i < n / kBlock; ++i) {
-    y[i].d = fp32_to_fp16(quantize_block_q8(x + i * kBlock, y[i].q));
-    if (method == QuantMethod::search) search_symmetric(x + i * kBlock, -127, 127, Type::Q8_0, y[i]);
+    if (method == QuantMethod::search) {
+      searched_block(x + i * kBlock, nullptr, y[i], plain_q8_0, search_q8_0);
+    } else {
+      plain_q8_0(x + i * kBlock, y[i]);
+    }
   }
 }
 
@@ -218,20 +296,51 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
 
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n, QuantMethod method) {
   for (int64_t i = 0; i < n / kBlock; ++i) {
-    plain_q4_0(x + i * kBlock, y[i]);
-    if (method == QuantMethod::search) search_symmetric(x + i * kBlock, -8, 7, Type::Q4_0, y[i]);
+    if (method == QuantMethod::search) {
+      searched_block(x + i * kBlock, nullptr, y[i], plain_q4_0, search_q4_0);
+    } else {
+      plain_q4_0(x + i * kBlock, y[i]);
+    }
   }
 }
 
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, QuantMethod method) {
   for (int64_t i = 0; i < n / kBlock; ++i) {
-    plain_q4_1(x + i * kBlock, y[i]);
-    if (method == QuantMethod::search) search_q4_1(x + i * kBlock, y[i]);
+    if (method == QuantMethod::search) {
+      searched_block(x + i * kBlock, nullptr, y[i], plain_q4_1, search_q4_1);
+    } else {
+      plain_q4_1(x + i * kBlock, y[i]);
+    }
   }
 }
 
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n, const float* importance) {
+  switch (type) {
+    case Type::Q8_0:
+      for (int64_t i = 0; i < n / kBlock; ++i) {
+        searched_block(src + i * kBlock, importance + i * kBlock, static_cast<BlockQ8_0*>(dst)[i],
+                       plain_q8_0, search_q8_0);
+      }
+      return true;
+    case Type::Q4_0:
+      for (int64_t i = 0; i < n / kBlock; ++i) {
+        searched_block(src + i * kBlock, importance + i * kBlock, static_cast<BlockQ4_0*>(dst)[i],
+                       plain_q4_0, search_q4_0);
+      }
+      return true;
+    case Type::Q4_1:
+      for (int64_t i = 0; i < n / kBlock; ++i) {
+        searched_block(src + i * kBlock, importance + i * kBlock, static_cast<BlockQ4_1*>(dst)[i],
+                       plain_q4_1, search_q4_1);
+      }
+      return true;
+    default:
+      return quantize_row(type, src, dst, n, QuantMethod::search);
+  }
 }
 
 bool quantize_row(Type type, const float* src, void* dst, int64_t n, QuantMethod method) {
