@@ -172,7 +172,8 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
 
 // Q4_1 (x ~ d * q + m, q in [0, 15]): candidate ranges [lo, hi] trimmed by
 // up to 10% at either end; each is refined by alternating re-rounding and a
-// joint least-squares fit of (d, m) for the levels (weighted by w when set).
+// joint least-squares fit of (d, m) for the levels (weighted by w when set,
+// and then also from the range of the weighted columns alone).
 void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
   double best_err = block_sse(Type::Q4_1, &best, x, w);
   float min = x[0], max = x[0];
@@ -204,28 +205,48 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
       }
     }
   };
-  for (int a = 0; a <= 4; ++a) {
-    for (int c = 0; c <= 4; ++c) {
-      const float lo = min + 0.025f * a * range, hi = max - 0.025f * c * range;
-      float d = (hi - lo) / 15, m = lo;
-      for (int it = 0; it < 3 && d > 0; ++it) {
-        levels(d, m);
-        double s_w = 0, s_qq = 0, s_q = 0, s_xq = 0, s_x = 0;
-        for (int j = 0; j < kBlock; ++j) {
-          const double wj = w ? w[j] : 1.0;
-          s_w += wj;
-          s_qq += wj * q[j] * q[j];
-          s_q += wj * q[j];
-          s_xq += wj * x[j] * q[j];
-          s_x += wj * x[j];
+  auto sweep = [&](float mn, float mx) {
+    const float r = mx - mn;
+    for (int a = 0; a <= 4; ++a) {
+      for (int c = 0; c <= 4; ++c) {
+        const float lo = mn + 0.025f * a * r, hi = mx - 0.025f * c * r;
+        float d = (hi - lo) / 15, m = lo;
+        for (int it = 0; it < 3 && d > 0; ++it) {
+          levels(d, m);
+          double s_w = 0, s_qq = 0, s_q = 0, s_xq = 0, s_x = 0;
+          for (int j = 0; j < kBlock; ++j) {
+            const double wj = w ? w[j] : 1.0;
+            s_w += wj;
+            s_qq += wj * q[j] * q[j];
+            s_q += wj * q[j];
+            s_xq += wj * x[j] * q[j];
+            s_x += wj * x[j];
+          }
+          const double det = s_qq * s_w - s_q * s_q;
+          if (det <= 0) break;  // all levels equal: nothing to fit
+          d = static_cast<float>((s_w * s_xq - s_q * s_x) / det);
+          m = static_cast<float>((s_qq * s_x - s_q * s_xq) / det);
+          consider(d, m);
         }
-        const double det = s_qq * s_w - s_q * s_q;
-        if (det <= 0) break;  // all levels equal: nothing to fit
-        d = static_cast<float>((s_w * s_xq - s_q * s_x) / det);
-        m = static_cast<float>((s_qq * s_x - s_q * s_xq) / det);
-        consider(d, m);
       }
     }
+  };
+  sweep(min, max);
+  // With weights, the range of the columns that carry weight (w >= 5% of
+  // the block's largest) too, so an outlier elsewhere may be clipped.
+  if (w) {
+    float wmax = 0;
+    for (int j = 0; j < kBlock; ++j) wmax = std::max(wmax, w[j]);
+    float mn = 0, mx = 0;
+    bool any = false;
+    for (int j = 0; j < kBlock; ++j) {
+      if (wmax > 0 && w[j] >= 0.05f * wmax) {
+        mn = any ? std::min(mn, x[j]) : x[j];
+        mx = any ? std::max(mx, x[j]) : x[j];
+        any = true;
+      }
+    }
+    if (any && mx > mn && (mn != min || mx != max)) sweep(mn, mx);
   }
 }
 
