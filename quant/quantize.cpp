@@ -9,18 +9,31 @@
 namespace lilims::quant {
 namespace {
 
+// sum_j f(j) over a block in four interleaved partial sums: the same order
+// wherever block errors are compared, and four independent add chains
+// instead of one (the search spends its time in these sums).
+template <typename F>
+inline double block_sum(F f) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int j = 0; j < kBlock; j += 4) {
+    s0 += f(j);
+    s1 += f(j + 1);
+    s2 += f(j + 2);
+    s3 += f(j + 3);
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
 // Squared error of one block against x, measured on what the block actually
 // dequantizes to (the scalar oracle), so fp16 rounding of d/m is counted;
 // weighted by w[j] when w is set.
 double block_sse(Type t, const void* block, const float* x, const float* w = nullptr) {
   float y[kBlock];
   traits(t).to_float(block, y, kBlock);
-  double e = 0;
-  for (int j = 0; j < kBlock; ++j) {
+  return block_sum([&](int j) {
     const double diff = static_cast<double>(x[j]) - y[j];
-    e += (w ? w[j] : 1.0) * diff * diff;
-  }
-  return e;
+    return (w ? w[j] : 1.0) * diff * diff;
+  });
 }
 
 // std::lround(v) clamped to [lo, hi], without the library call: v + 0.5
@@ -87,7 +100,7 @@ void encode(float d, const int* q, BlockQ4_0& b) {  // q in [-8, 7]
 
 // Symmetric formats (x ~ d * q, q in [qmin, qmax]).  Candidates map the
 // value of largest magnitude to the level qmin - delta or qmax + delta,
-// delta in [-1, 2] by 0.1 (beyond the end clips it, short of it leaves
+// delta in [-1, 2] by 0.2 (beyond the end clips it, short of it leaves
 // levels unused); each candidate's levels get the least-squares scale
 // sum(x q) / sum(q q), then are re-rounded with it and refitted once more.
 // A candidate's error is computed as the block dequantizes (fp16 scale times
@@ -127,21 +140,16 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
     for (int j = 0; j < kBlock; ++j) q[j] = round_clamp(x[j] * id, qmin, qmax);
   };
   auto lsq = [&]() -> float {
-    double xq = 0, qq = 0;
-    for (int j = 0; j < kBlock; ++j) {
-      const double wj = w ? w[j] : 1.0;
-      xq += wj * x[j] * q[j];
-      qq += wj * q[j] * q[j];
-    }
+    const double xq = block_sum([&](int j) { return (w ? w[j] : 1.0) * x[j] * q[j]; });
+    const double qq = block_sum([&](int j) { return (w ? w[j] : 1.0) * q[j] * q[j]; });
     return qq > 0 ? static_cast<float>(xq / qq) : 0.0f;
   };
   auto consider = [&](float d) {
     const float d16 = fp16_to_fp32(fp32_to_fp16(d));
-    double e = 0;
-    for (int j = 0; j < kBlock; ++j) {
+    const double e = block_sum([&](int j) {
       const double diff = static_cast<double>(x[j]) - static_cast<float>(d16 * q[j]);
-      e += (w ? w[j] : 1.0) * diff * diff;
-    }
+      return (w ? w[j] : 1.0) * diff * diff;
+    });
     if (e < best_err) {
       best_err = e;
       best_d = d;
@@ -149,10 +157,13 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
       found = true;
     }
   };
+  // With qmin == -qmax (Q8_0) the two ends mirror each other (d -> -d,
+  // q -> -q dequantize alike): one end is enough.
+  const int first_end = qmin == -qmax ? 1 : 0;
   auto sweep = [&](float top) {
-    for (int end = 0; end < 2; ++end) {
-      for (int k = -10; k <= 20; ++k) {
-        const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -0.1f : 0.1f) * k;
+    for (int end = first_end; end < 2; ++end) {
+      for (int k = -5; k <= 10; ++k) {
+        const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -0.2f : 0.2f) * k;
         if (std::fabs(c) < 0.5f) continue;
         levels(top / c);
         for (int it = 0; it < 2; ++it) {
@@ -191,11 +202,10 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
   auto consider = [&](float d, float m) {
     const float d16 = fp16_to_fp32(fp32_to_fp16(d));
     const float m16 = fp16_to_fp32(fp32_to_fp16(m));
-    double e = 0;
-    for (int j = 0; j < kBlock; ++j) {
+    const double e = block_sum([&](int j) {
       const double diff = static_cast<double>(x[j]) - static_cast<float>(d16 * q[j] + m16);
-      e += (w ? w[j] : 1.0) * diff * diff;
-    }
+      return (w ? w[j] : 1.0) * diff * diff;
+    });
     if (e < best_err) {
       best_err = e;
       best.d = fp32_to_fp16(d);
@@ -213,15 +223,12 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
         float d = (hi - lo) / 15, m = lo;
         for (int it = 0; it < 3 && d > 0; ++it) {
           levels(d, m);
-          double s_w = 0, s_qq = 0, s_q = 0, s_xq = 0, s_x = 0;
-          for (int j = 0; j < kBlock; ++j) {
-            const double wj = w ? w[j] : 1.0;
-            s_w += wj;
-            s_qq += wj * q[j] * q[j];
-            s_q += wj * q[j];
-            s_xq += wj * x[j] * q[j];
-            s_x += wj * x[j];
-          }
+          auto wt = [&](int j) { return w ? static_cast<double>(w[j]) : 1.0; };
+          const double s_w = block_sum([&](int j) { return wt(j); });
+          const double s_qq = block_sum([&](int j) { return wt(j) * q[j] * q[j]; });
+          const double s_q = block_sum([&](int j) { return wt(j) * q[j]; });
+          const double s_xq = block_sum([&](int j) { return wt(j) * x[j] * q[j]; });
+          const double s_x = block_sum([&](int j) { return wt(j) * x[j]; });
           const double det = s_qq * s_w - s_q * s_q;
           if (det <= 0) break;  // all levels equal: nothing to fit
           d = static_cast<float>((s_w * s_xq - s_q * s_x) / det);
@@ -250,24 +257,13 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
   }
 }
 
-Type type_of(const BlockQ8_0&) { return Type::Q8_0; }
-Type type_of(const BlockQ4_0&) { return Type::Q4_0; }
-Type type_of(const BlockQ4_1&) { return Type::Q4_1; }
 
-// One block by the search: from the plain block, or with importance weights
-// w from whichever of the plain and the unweighted search's block has the
-// smaller weighted error (so the result's weighted error is never above
-// either), then searched again under the weights.
+// One block by the search, from the plain block (with importance weights w
+// the search's errors and fits are weighted), so its (weighted) error is
+// never above plain's.
 template <typename Block, typename Plain, typename Search>
 void searched_block(const float* x, const float* w, Block& out, Plain plain, Search search) {
   plain(x, out);
-  if (!w) {
-    search(x, out, nullptr);
-    return;
-  }
-  Block s = out;
-  search(x, s, nullptr);
-  if (block_sse(type_of(s), &s, x, w) < block_sse(type_of(out), &out, x, w)) out = s;
   search(x, out, w);
 }
 

@@ -43,11 +43,9 @@ bool quantize_row(Type type, const float* src, void* dst, int64_t n,
 
 // The search method minimising sum_j importance[j] * (x_j - y_j)^2 over the
 // row (importance: n non-negative floats, e.g. the mean squared activation
-// of each input column, `lilims imatrix`).  Per block, the plain and the
-// unweighted search's blocks compete under the weighted error and the
-// search runs again under the weights, so a block's weighted error is never
-// above either; the weighted fits can clip an outlier in a column that
-// carries no weight.  F32/F16 ignore the weights; false for a non-weight type.
+// of each input column, `lilims imatrix`).  Per block the search starts
+// from the plain block, so its weighted error is never above plain's; the
+// weighted fits can clip an outlier in a column that carries no weight.  F32/F16 ignore the weights; false for a non-weight type.
 bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n,
                            const float* importance);
 
