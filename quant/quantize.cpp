@@ -100,7 +100,7 @@ void encode(float d, const int* q, BlockQ4_0& b) {  // q in [-8, 7]
 
 // Symmetric formats (x ~ d * q, q in [qmin, qmax]).  Candidates map the
 // value of largest magnitude to the level qmin - delta or qmax + delta,
-// delta in [-1, 2] by 0.2 (beyond the end clips it, short of it leaves
+// delta in [-1, 2] (beyond the end clips it, short of it leaves
 // levels unused); each candidate's levels get the least-squares scale
 // sum(x q) / sum(q q), then are re-rounded with it and refitted once more.
 // A candidate's error is computed as the block dequantizes (fp16 scale times
@@ -160,10 +160,16 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
   // With qmin == -qmax (Q8_0) the two ends mirror each other (d -> -d,
   // q -> -q dequantize alike): one end is enough.
   const int first_end = qmin == -qmax ? 1 : 0;
+  // Steps of 0.1 level for Q8_0, 0.2 for the 4-bit formats (half the work;
+  // measured: the same squared error to 3 digits).  For Q8_0 the 0.2 grid
+  // measurably raised SmolLM2's perplexity (+0.57% vs +0.25% over
+  // tests/data/ppl_text.txt), so it keeps the finer one.
+  const int steps = qmax - qmin > 16 ? 10 : 5;
+  const float step = 1.0f / (float)steps;
   auto sweep = [&](float top) {
     for (int end = first_end; end < 2; ++end) {
-      for (int k = -5; k <= 10; ++k) {
-        const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -0.2f : 0.2f) * k;
+      for (int k = -steps; k <= 2 * steps; ++k) {
+        const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -step : step) * (float)k;
         if (std::fabs(c) < 0.5f) continue;
         levels(top / c);
         for (int it = 0; it < 2; ++it) {
