@@ -173,6 +173,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       }
       break;
     case Op::matmul:
+      if (observer_.fn) observer_.fn(observer_.user, *n.w, a, lda, rows);
       run_matmul(plan_.mm[index], *n.w, a, lda, rows, out, ldo, pool_, act_);
       if (n.bias) {
         for (int32_t t = 0; t < rows; ++t) ops.add(out + t * ldo, n.bias, out + t * ldo, w);

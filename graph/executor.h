@@ -16,6 +16,15 @@
 
 namespace lilims::graph {
 
+// Sees the input of every matmul before it runs: rows x w.cols floats, row
+// stride lda (activation statistics for `lilims imatrix`).  Called on the
+// thread that runs forward(), in graph order.
+struct MatmulObserver {
+  void (*fn)(void* user, const kernels::PackedWeight& w, const float* a, int64_t lda,
+             int32_t rows) = nullptr;
+  void* user = nullptr;
+};
+
 class Executor {
  public:
   // Plans g for opt (throws lilims::Error for options it refuses, or
@@ -39,6 +48,10 @@ class Executor {
   // For verifying drafted tokens (speculative decoding).
   void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
                          bool all_logits);
+
+  // Set before forward(); an empty observer (the default) costs one branch
+  // per matmul.
+  void set_matmul_observer(MatmulObserver o) { observer_ = o; }
 
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return plan_; }
@@ -79,6 +92,7 @@ class Executor {
   size_t embed_row_bytes_ = 0;
   const quant::TypeTraits* q8_0_traits_ = nullptr;
   bool attention_per_token_ = false;  // set for the life of forward_as_decode
+  MatmulObserver observer_;
 };
 
 }  // namespace lilims::graph

@@ -1,7 +1,11 @@
 // Re-quantization (`lilims quantize`): GGUF in, GGUF out through gguf::Writer.
 #include "models/requantize.h"
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -12,6 +16,89 @@
 namespace lilims::gguf {
 
 int file_type_of(quant::Type type) { return quant::traits(type).file_type; }
+
+namespace {
+
+// One character class starting at p[i] == '['; sets *end past its ']'.
+// Returns false (and *end = i) when there is no closing ']'.
+bool class_matches(const std::string& p, size_t i, char c, size_t* end, bool* matched) {
+  size_t j = i + 1;
+  const bool negate = j < p.size() && (p[j] == '!' || p[j] == '^');
+  if (negate) ++j;
+  bool any = false;
+  const size_t first = j;
+  for (; j < p.size() && (p[j] != ']' || j == first); ++j) {
+    if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+      any = any || (p[j] <= c && c <= p[j + 2]);
+      j += 2;
+    } else {
+      any = any || p[j] == c;
+    }
+  }
+  if (j >= p.size()) {
+    *end = i;
+    return false;
+  }
+  *end = j + 1;
+  *matched = any != negate;
+  return true;
+}
+
+bool glob_at(const std::string& p, size_t pi, const std::string& s, size_t si) {
+  while (pi < p.size()) {
+    const char c = p[pi];
+    if (c == '*') {
+      while (pi < p.size() && p[pi] == '*') ++pi;
+      if (pi == p.size()) return true;
+      for (size_t k = si; k <= s.size(); ++k) {
+        if (glob_at(p, pi, s, k)) return true;
+      }
+      return false;
+    }
+    if (si == s.size()) return false;
+    if (c == '?') {
+      ++pi;
+      ++si;
+      continue;
+    }
+    if (c == '[') {
+      size_t end = 0;
+      bool matched = false;
+      if (class_matches(p, pi, s[si], &end, &matched)) {
+        if (!matched) return false;
+        pi = end;
+        ++si;
+        continue;
+      }
+    }
+    if (c != s[si]) return false;
+    ++pi;
+    ++si;
+  }
+  return si == s.size();
+}
+
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+  return glob_at(pattern, 0, name, 0);
+}
+
+TensorTypeRule parse_tensor_type_rule(const std::string& text) {
+  const size_t eq = text.rfind('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[quantize] --tensor-type expects PATTERN=TYPE (e.g. token_embd.weight=Q8_0), got '" +
+                    text + "'");
+  }
+  const std::string type_name = text.substr(eq + 1);
+  const quant::TypeTraits* tt = quant::type_traits_by_name(type_name);
+  if (!tt || file_type_of(tt->type) < 0) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type " + text + ": unknown type '" +
+                                                 type_name + "' (Q4_0, Q4_1, Q8_0, F16, F32)");
+  }
+  return {text.substr(0, eq), tt->type};
+}
 
 Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt) {
   const int ftype = file_type_of(type);
@@ -33,7 +120,38 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const size_t n = std::strlen(suffix);
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
   };
-  std::vector<float> row;
+  auto is_weight = [&](const TensorInfo& t) { return t.ne.size() == 2 && ends_with(t.name, ".weight"); };
+  // The rule each tensor takes (-1: none); every rule must take one.
+  std::vector<int> rule_of(in.tensors().size(), -1);
+  for (size_t r = 0; r < opt.tensor_types.size(); ++r) {
+    const TensorTypeRule& rule = opt.tensor_types[r];
+    if (file_type_of(rule.type) < 0) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type " + rule.pattern + ": cannot quantize to " +
+                                                   quant::ggml_type_name(static_cast<uint32_t>(rule.type)));
+    }
+    bool used = false;
+    for (size_t k = 0; k < in.tensors().size(); ++k) {
+      const TensorInfo& t = in.tensors()[k];
+      if (!is_weight(t) || !glob_match(rule.pattern, t.name)) continue;
+      used = true;
+      if (rule_of[k] >= 0) continue;  // an earlier rule wins
+      rule_of[k] = static_cast<int>(r);
+      const int64_t block = quant::traits(rule.type).block_size;
+      if (t.ne[0] % static_cast<uint64_t>(block) != 0) {
+        throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                    "[quantize] --tensor-type " + rule.pattern + "=" + quant::traits(rule.type).name + ": " +
+                        t.name + " has rows of " + std::to_string(t.ne[0]) + ", not a multiple of " +
+                        std::to_string(block));
+      }
+    }
+    if (!used) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type pattern '" + rule.pattern +
+                                                   "' matches no 2-D weight of the model");
+    }
+  }
+  if (opt.importance && opt.method != quant::QuantMethod::search) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] an imatrix needs the search method");
+  }
   std::vector<uint8_t> data;
   for (size_t k = 0; k < in.tensors().size(); ++k) {
     const TensorInfo& t = in.tensors()[k];
@@ -41,8 +159,9 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     quant::ReadableType src;
     quant::readable_type(t.type, &src);  // require_readable_types() vouched for it
     const quant::TypeTraits* dst = nullptr;
-    if (t.ne.size() == 2 && ends_with(t.name, ".weight") &&
-        t.ne[0] % static_cast<uint64_t>(target->block_size) == 0) {
+    if (rule_of[k] >= 0) {
+      dst = &quant::traits(opt.tensor_types[(size_t)rule_of[k]].type);
+    } else if (is_weight(t) && t.ne[0] % static_cast<uint64_t>(target->block_size) == 0) {
       dst = target;
     } else if (t.ne.size() == 1) {
       dst = f32;
@@ -54,20 +173,59 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const uint64_t ne0 = t.ne[0], rows = t.n_elements / ne0;
     const uint64_t src_row = ne0 / src.block_size * src.block_bytes;
     const uint64_t dst_row = ne0 / dst->block_size * dst->block_bytes;
-    row.resize(ne0);
     data.resize(rows * dst_row);
     // Q4_K -> Q4_1 has an exact path (quant/dequant_ref.h); floats would
     // round every element again.
     const quant::DequantTraits* dq = quant::dequant_traits(t.type);
     const bool transcode = dq && dq->transcode && dq->load_as == dst->type;
-    for (uint64_t r = 0; r < rows; ++r) {
-      if (transcode) {
-        dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
-        continue;
+    const float* importance = nullptr;
+    if (opt.importance && dst->block_size > 1) {
+      const auto it = opt.importance->find(t.name);
+      if (it != opt.importance->end()) {
+        if (it->second.size() != ne0) {
+          throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                      "[quantize] the imatrix has " + std::to_string(it->second.size()) + " columns for " +
+                          t.name + ", which has " + std::to_string(ne0));
+        }
+        importance = it->second.data();
       }
-      src.to_float(t.data + r * src_row, row.data(), static_cast<int64_t>(ne0));
-      quant::quantize_row(dst->type, row.data(), data.data() + r * dst_row,
-                          static_cast<int64_t>(ne0), opt.method);
+    }
+    auto convert = [&](uint64_t r0, uint64_t r1) {
+      std::vector<float> buf(ne0);
+      for (uint64_t r = r0; r < r1; ++r) {
+        if (transcode) {
+          dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
+          continue;
+        }
+        src.to_float(t.data + r * src_row, buf.data(), static_cast<int64_t>(ne0));
+        if (importance) {
+          quant::quantize_row_weighted(dst->type, buf.data(), data.data() + r * dst_row,
+                                       static_cast<int64_t>(ne0), importance);
+        } else {
+          quant::quantize_row(dst->type, buf.data(), data.data() + r * dst_row,
+                              static_cast<int64_t>(ne0), opt.method);
+        }
+      }
+    };
+    const uint64_t n_threads = std::min<uint64_t>(rows, static_cast<uint64_t>(std::max(1, opt.n_threads)));
+    if (n_threads <= 1) {
+      convert(0, rows);
+    } else {
+      std::vector<std::thread> workers;
+      std::exception_ptr failure;
+      std::mutex failure_mutex;
+      for (uint64_t k = 0; k < n_threads; ++k) {
+        workers.emplace_back([&, k] {
+          try {
+            convert(rows * k / n_threads, rows * (k + 1) / n_threads);
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(failure_mutex);
+            if (!failure) failure = std::current_exception();
+          }
+        });
+      }
+      for (std::thread& th : workers) th.join();
+      if (failure) std::rethrow_exception(failure);
     }
     out.add_tensor(t.name, t.ne, static_cast<uint32_t>(dst->type), data.data(), data.size());
   }

@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "models/gguf.h"
 #include "quant/quant.h"
@@ -21,8 +24,35 @@ namespace lilims::gguf {
 // is copied as it is.  Throws LILIMS_ERR_UNSUPPORTED for a source tensor
 // lilims cannot read, LILIMS_ERR_INVALID_ARGUMENT for a target
 // type other than F32/F16/Q4_0/Q4_1/Q8_0.
+// Per-tensor type overrides (`--tensor-type PATTERN=TYPE`): the first rule
+// whose glob matches a re-quantized tensor's whole name gives its type (F32,
+// F16, Q4_0, Q4_1 or Q8_0).  requantize() throws LILIMS_ERR_INVALID_ARGUMENT
+// for a rule that matches no re-quantized tensor and for a tensor whose rows
+// do not split into its rule's blocks.
+struct TensorTypeRule {
+  std::string pattern;  // glob: '*' any run of characters, '?' one, [abc] / [0-9] / [!x] a class
+  quant::Type type;
+};
+
+// Whole-name glob match (the rule above); a malformed class ('[' without
+// ']') matches '[' literally.
+bool glob_match(const std::string& pattern, const std::string& name);
+
+// Parses "PATTERN=TYPE" (the last '='); throws LILIMS_ERR_INVALID_ARGUMENT
+// "[quantize] ..." for a missing '=', an empty pattern or an unknown type.
+TensorTypeRule parse_tensor_type_rule(const std::string& text);
+
 struct RequantizeOptions {
   quant::QuantMethod method = quant::QuantMethod::search;
+  std::vector<TensorTypeRule> tensor_types;
+  // Per-column importance (imatrix) by tensor name: a tensor with an entry
+  // is quantized by quant::quantize_row_weighted (the search, weighted);
+  // the entry must have one value per column (LILIMS_ERR_INVALID_ARGUMENT
+  // otherwise) and needs method search.  Null: none.
+  const std::map<std::string, std::vector<float>>* importance = nullptr;
+  // Rows of a tensor are quantized on this many threads (the bytes do not
+  // depend on it).
+  int n_threads = 1;
   // Called before each tensor (index, count, info); may be empty.
   std::function<void(size_t, size_t, const TensorInfo&)> progress;
 };

@@ -41,6 +41,14 @@ namespace lilims::quant {
 bool quantize_row(Type type, const float* src, void* dst, int64_t n,
                   QuantMethod method = QuantMethod::plain);
 
+// The search method minimising sum_j importance[j] * (x_j - y_j)^2 over the
+// row (importance: n non-negative floats, e.g. the mean squared activation
+// of each input column, `lilims imatrix`).  Per block the search starts
+// from the plain block, so its weighted error is never above plain's; the
+// weighted fits can clip an outlier in a column that carries no weight.  F32/F16 ignore the weights; false for a non-weight type.
+bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n,
+                           const float* importance);
+
 // The Q8 rule on one block of 32: writes q[0..31] and returns d (before fp16
 // rounding); *sum (if set) receives sum(q).
 float quantize_block_q8(const float* x, int8_t* q, int* sum = nullptr);

@@ -8,9 +8,16 @@
 
 namespace lilims::runtime {
 
+int32_t perplexity_chunks(size_t n_tokens, int32_t n_ctx, int32_t max_chunks) {
+  int32_t n_chunk = n_ctx > 0 ? (int32_t)(n_tokens / (size_t)n_ctx) : 0;
+  if (max_chunks > 0) n_chunk = std::min(n_chunk, max_chunks);
+  return n_chunk;
+}
+
 PerplexityResult perplexity(Session& session, const std::vector<int32_t>& tokens, int32_t n_ctx,
                             int32_t max_chunks,
-                            const std::function<void(const PerplexityResult&)>& on_chunk) {
+                            const std::function<void(const PerplexityResult&)>& on_chunk,
+                            const ScoredPositionFn& on_scored) {
   if (n_ctx < 4 || n_ctx > session.n_ctx()) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[perplexity] the chunk size " + std::to_string(n_ctx) +
                                                  " must be in 4.." + std::to_string(session.n_ctx()));
@@ -22,8 +29,7 @@ PerplexityResult perplexity(Session& session, const std::vector<int32_t>& tokens
   }
   const tok::Tokenizer& tk = session.model().tokenizer();
   const int32_t n_vocab = session.model().hparams().n_vocab;
-  int32_t n_chunk = (int32_t)(tokens.size() / (size_t)n_ctx);
-  if (max_chunks > 0) n_chunk = std::min(n_chunk, max_chunks);
+  const int32_t n_chunk = perplexity_chunks(tokens.size(), n_ctx, max_chunks);
   const int32_t first = n_ctx / 2;
   PerplexityResult r;
   double nll = 0.0;
@@ -41,6 +47,7 @@ PerplexityResult perplexity(Session& session, const std::vector<int32_t>& tokens
       for (int32_t v = 0; v < n_vocab; ++v) sum += std::exp((double)(row[v] - mx));
       const int32_t target = tokens[(size_t)c * n_ctx + j + 1];
       nll += std::log(sum) - (double)(row[target] - mx);
+      if (on_scored) on_scored(row, target);
       ++r.n_scored;
     }
     r.n_chunks = c + 1;

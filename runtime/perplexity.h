@@ -21,10 +21,18 @@ struct PerplexityResult {
   std::vector<double> running_ppl;  // after each chunk
 };
 
+// Called for each scored position in order with its logits (n_vocab) and
+// the token that follows it (what --kl-base saves and --kl-ref compares).
+using ScoredPositionFn = std::function<void(const float* logits, int32_t next_token)>;
+
+// The number of chunks perplexity() evaluates for this many tokens.
+int32_t perplexity_chunks(size_t n_tokens, int32_t n_ctx, int32_t max_chunks);
+
 // Throws LILIMS_ERR_INVALID_ARGUMENT when there are fewer than 2 * n_ctx
 // tokens.  max_chunks <= 0: all.  on_chunk (optional) sees the running result.
 PerplexityResult perplexity(Session& session, const std::vector<int32_t>& tokens, int32_t n_ctx,
                             int32_t max_chunks = 0,
-                            const std::function<void(const PerplexityResult&)>& on_chunk = {});
+                            const std::function<void(const PerplexityResult&)>& on_chunk = {},
+                            const ScoredPositionFn& on_scored = {});
 
 }  // namespace lilims::runtime

@@ -43,10 +43,11 @@ if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=ON -DLILIMS_WERROR=ON
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -j"$jobs" --output-on-failure --no-tests=error --timeout 1800 \
-      -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp|SchemaGenerate.SmolLM2|JsonGenerate.SmolLM2|LazyConstraint.SmolLM2|JumpForward.SmolLM2DiffersOnlyAtForcedTokens|KvCommitModes.*SmolLM2|SmolLM2PlannedPeakMatchesMeasuredRss"
+      -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp|SchemaGenerate.SmolLM2|JsonGenerate.SmolLM2|LazyConstraint.SmolLM2|JumpForward.SmolLM2DiffersOnlyAtForcedTokens|KvCommitModes.*SmolLM2|SmolLM2PlannedPeakMatchesMeasuredRss|QualityGates"
   # left out above: slow numerics and generation sweeps on SmolLM2 that the
   # release run covers (their code paths run here on the small models, and
   # jump-forward's in PromptLookup.SmolLM2* and LazyConstraint.ControlToken*),
+  # the quantization quality gates (the quantizers' and KL code's tests run),
   # and the planned-vs-measured RSS test (ASan's shadow memory is not the plan's)
 fi
 

@@ -2,9 +2,14 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
+#include <vector>
+#include <thread>
+#include <algorithm>
 
 #include "models/gguf.h"
+#include "models/imatrix.h"
 #include "models/requantize.h"
 #include "tools/cli.h"
 #include "tools/progress.h"
@@ -12,10 +17,20 @@
 namespace {
 
 const char kUsage[] =
-    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain] [--no-progress]\n"
+    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain]\n"
+    "       [--tensor-type PATTERN=TYPE]... [--no-progress]\n"
     "  TYPE      Q4_0, Q4_1, Q8_0 or F16 (also F32)\n"
+    "  --tensor-type PATTERN=TYPE  (repeatable) the 2-D weights whose name matches the glob\n"
+    "            PATTERN ('*' any run, '?' one character, [0-9] a class; the whole name) take\n"
+    "            TYPE instead; the first matching rule wins. E.g. token_embd.weight=Q8_0,\n"
+    "            'blk.*.ffn_down.weight=Q8_0'. A pattern that matches no weight, an unknown\n"
+    "            TYPE or a weight whose rows do not split into TYPE's blocks is an error.\n"
     "  --method  search (default): per block, the scale with the least squared error;\n"
     "            plain: GGML's reference round-to-nearest (llama.cpp's reference bytes)\n"
+    "  --imatrix FILE  weight each column's squared error by its importance (the mean\n"
+    "            squared activation `lilims imatrix` collects) in the scale search; weights\n"
+    "            without an entry are quantized unweighted (needs --method search)\n"
+    "  -t N      threads (default: all cores); the output does not depend on it\n"
     "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
     "                 line every 5 seconds)\n"
     "Every 2-D weight whose rows split into whole blocks is re-quantized (token_embd\n"
@@ -28,7 +43,10 @@ int cmd_quantize(int argc, char** argv) {
   std::string pos[3];
   int n_pos = 0;
   lilims::gguf::RequantizeOptions opt;
+  opt.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
   bool progress = true;
+  std::string imatrix_path;
+  std::map<std::string, std::vector<float>> importance;
   for (int k = 1; k < argc; ++k) {
     const char* a = argv[k];
     if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
@@ -42,6 +60,23 @@ int cmd_quantize(int argc, char** argv) {
       if (m == "plain") opt.method = lilims::quant::QuantMethod::plain;
       else if (m == "search") opt.method = lilims::quant::QuantMethod::search;
       else return lilims::cli::fail("quantize", "--method expects search or plain, got '" + m + "'");
+    } else if (!std::strcmp(a, "-t") || !std::strcmp(a, "--threads")) {
+      if (k + 1 >= argc) return lilims::cli::fail("quantize", std::string(a) + " needs a value");
+      try {
+        opt.n_threads = (int)lilims::cli::parse_int(a, argv[++k], 1, 1024);
+      } catch (const std::exception& e) {
+        return lilims::cli::fail("quantize", e.what());
+      }
+    } else if (!std::strcmp(a, "--imatrix")) {
+      if (k + 1 >= argc) return lilims::cli::fail("quantize", "--imatrix needs a file");
+      imatrix_path = argv[++k];
+    } else if (!std::strcmp(a, "--tensor-type")) {
+      if (k + 1 >= argc) return lilims::cli::fail("quantize", "--tensor-type needs PATTERN=TYPE");
+      try {
+        opt.tensor_types.push_back(lilims::gguf::parse_tensor_type_rule(argv[++k]));
+      } catch (const std::exception& e) {
+        return lilims::cli::fail("quantize", e.what());
+      }
     } else if (a[0] == '-' && a[1]) {
       return lilims::cli::fail("quantize", std::string("unknown option ") + a + " (try --help)");
     } else if (n_pos < 3) {
@@ -63,6 +98,10 @@ int cmd_quantize(int argc, char** argv) {
     line.update(i + 1, n, t.name);
   };
   try {
+    if (!imatrix_path.empty()) {
+      importance = lilims::models::read_imatrix(imatrix_path).importance();
+      opt.importance = &importance;
+    }
     auto in = lilims::gguf::File::open(pos[0]);
     const lilims::gguf::Writer w = lilims::gguf::requantize(*in, type, opt);
     line.finish();

@@ -1,0 +1,107 @@
+#include "runtime/imatrix.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "base/error.h"
+#include "graph/executor.h"
+#include "graph/thread_pool.h"
+#include "models/builders.h"
+
+namespace lilims::runtime {
+
+namespace {
+
+struct Accumulator {
+  std::vector<double> sum_sq;  // (cols)
+  int64_t rows = 0;
+};
+
+struct Collector {
+  std::unordered_map<const kernels::PackedWeight*, Accumulator*> by_weight;
+
+  static void observe(void* user, const kernels::PackedWeight& w, const float* a, int64_t lda,
+                      int32_t rows) {
+    auto* self = static_cast<Collector*>(user);
+    const auto it = self->by_weight.find(&w);
+    if (it == self->by_weight.end()) return;
+    Accumulator& acc = *it->second;
+    for (int32_t t = 0; t < rows; ++t) {
+      const float* x = a + (int64_t)t * lda;
+      for (size_t j = 0; j < acc.sum_sq.size(); ++j) acc.sum_sq[j] += (double)x[j] * x[j];
+    }
+    acc.rows += rows;
+  }
+};
+
+}  // namespace
+
+models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& tokens,
+                                const ImatrixOptions& opt,
+                                const std::function<void(int32_t, int32_t)>& on_chunk) {
+  if (opt.n_ctx < 4 || opt.n_ctx > model.hparams().n_ctx_train) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[imatrix] the chunk size " + std::to_string(opt.n_ctx) +
+                                                 " must be in 4.." +
+                                                 std::to_string(model.hparams().n_ctx_train));
+  }
+  int32_t n_chunks = (int32_t)(tokens.size() / (size_t)opt.n_ctx);
+  if (opt.max_chunks > 0) n_chunks = std::min(n_chunks, opt.max_chunks);
+  if (n_chunks < 1) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[imatrix] the text has " + std::to_string(tokens.size()) +
+                    " tokens; at least one chunk of " + std::to_string(opt.n_ctx) + " is needed");
+  }
+  const models::Model& w = model.weights();
+  // Every matmul weight, by name (a tied head is token_embd.weight).
+  std::unordered_map<std::string, Accumulator> acc;
+  Collector collector;
+  auto add = [&](const models::Weight& weight) {
+    if (!weight.present()) return;
+    Accumulator& a = acc[weight.name];
+    a.sum_sq.assign((size_t)weight.cols, 0.0);
+    collector.by_weight[&weight.packed] = &a;
+  };
+  for (const models::Layer& layer : w.layers) {
+    for (const models::Weight* p : layer.weights()) add(*p);
+  }
+  add(w.output);
+
+  graph::PlanOptions po;
+  po.n_ctx = opt.n_ctx;
+  po.n_batch = std::max(1, opt.n_batch);
+  po.n_threads = std::max(1, opt.n_threads);
+  models::BuildOptions bo;
+  bo.n_ctx = opt.n_ctx;
+  graph::ThreadPool pool(po.n_threads);
+  graph::Executor exec(models::build_graph(w, bo), po, pool, model.memory(opt.n_ctx));
+  exec.set_matmul_observer({&Collector::observe, &collector});
+
+  const tok::Tokenizer& tk = model.tokenizer();
+  std::vector<float> logits((size_t)opt.n_ctx * (size_t)model.hparams().n_vocab);
+  for (int32_t c = 0; c < n_chunks; ++c) {
+    std::vector<int32_t> chunk(tokens.begin() + (ptrdiff_t)c * opt.n_ctx,
+                               tokens.begin() + (ptrdiff_t)(c + 1) * opt.n_ctx);
+    if (tk.add_bos() && tk.bos() >= 0) chunk[0] = tk.bos();
+    exec.sync();
+    exec.release_from(0);
+    exec.forward(chunk.data(), (int32_t)chunk.size(), 0, logits.data(), true);
+    if (on_chunk) on_chunk(c + 1, n_chunks);
+  }
+  exec.sync();
+
+  models::Imatrix m;
+  m.n_ctx = opt.n_ctx;
+  m.n_chunks = n_chunks;
+  for (auto& [name, a] : acc) {
+    if (a.rows == 0) continue;
+    models::ImatrixEntry e;
+    e.n_rows = a.rows;
+    e.mean_sq.resize(a.sum_sq.size());
+    for (size_t j = 0; j < a.sum_sq.size(); ++j) e.mean_sq[j] = (float)(a.sum_sq[j] / (double)a.rows);
+    m.entries.emplace(name, std::move(e));
+  }
+  return m;
+}
+
+}  // namespace lilims::runtime

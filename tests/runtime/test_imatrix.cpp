@@ -1,0 +1,87 @@
+// lilims imatrix (runtime/imatrix.h) on stories260K: every matmul weight has
+// an entry averaging every position, and layer 0's Q/K/V entry equals the
+// mean squared input computed here from the GGUF alone (token embedding ->
+// RMSNorm * attn_norm): the observer sees exactly the matmul inputs.
+#include <cmath>
+
+#include "base/error.h"
+#include "models/gguf.h"
+#include "models/imatrix.h"
+#include "runtime/engine.h"
+#include "runtime/imatrix.h"
+#include "test_util.h"
+
+namespace lilims {
+namespace {
+
+std::string stories_path() { return test::shared_data("stories260K/stories260K.gguf"); }
+
+TEST(Imatrix, Stories260kLayer0MatchesTheEmbeddingsNorm) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
+  auto model = runtime::Model::open(stories_path());
+  std::string text = test::read_file(test::source_path("tests/data/ppl_text.txt"));
+  const std::vector<int32_t> tokens = model->tokenizer().encode(text, true, false);
+  runtime::ImatrixOptions opt;
+  opt.n_ctx = 64;
+  opt.max_chunks = 3;
+  opt.n_threads = 2;
+  opt.n_batch = 16;  // several blocks per chunk
+  const models::Imatrix m = runtime::collect_imatrix(*model, tokens, opt);
+  EXPECT_EQ(m.n_ctx, 64);
+  EXPECT_EQ(m.n_chunks, 3);
+  // 5 layers x (q, k, v, o, gate, up, down) + output.
+  ASSERT_EQ(m.entries.size(), 36u);
+  for (const auto& [name, e] : m.entries) EXPECT_EQ(e.n_rows, 3 * 64) << name;
+  EXPECT_EQ(m.entries.at("blk.0.ffn_down.weight").mean_sq.size(), 172u);
+  EXPECT_EQ(m.entries.at("output.weight").mean_sq.size(), 64u);
+
+  // Independent: the embedding rows (F32 in this file) through RMSNorm.
+  auto f = gguf::File::open(stories_path());
+  const gguf::TensorInfo& embd = f->require_tensor("token_embd.weight");
+  const gguf::TensorInfo& norm = f->require_tensor("blk.0.attn_norm.weight");
+  ASSERT_EQ(embd.type, 0u);
+  const float* E = reinterpret_cast<const float*>(embd.data);
+  const float* g = reinterpret_cast<const float*>(norm.data);
+  const int64_t d = 64;
+  const double eps = model->hparams().norm_eps;
+  std::vector<double> want((size_t)d, 0.0);
+  for (int c = 0; c < 3; ++c) {
+    for (int p = 0; p < 64; ++p) {
+      int32_t tok = tokens[(size_t)c * 64 + p];
+      if (p == 0 && model->tokenizer().add_bos()) tok = model->tokenizer().bos();
+      const float* x = E + (int64_t)tok * d;
+      double ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += (double)x[j] * x[j];
+      const double inv = 1.0 / std::sqrt(ss / d + eps);
+      for (int64_t j = 0; j < d; ++j) {
+        const double y = x[j] * inv * g[j];
+        want[(size_t)j] += y * y / (3 * 64);
+      }
+    }
+  }
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"}) {
+    const std::vector<float>& got = m.entries.at(name).mean_sq;
+    for (int64_t j = 0; j < d; ++j) {
+      // float RMSNorm vs this double one: ~1e-6 relative per element, 2e-6 squared.
+      EXPECT_NEAR(got[(size_t)j], want[(size_t)j], 1e-5 * want[(size_t)j] + 1e-12)
+          << name << " column " << j;
+    }
+  }
+}
+
+TEST(Imatrix, RefusesATextShorterThanAChunk) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
+  auto model = runtime::Model::open(stories_path());
+  runtime::ImatrixOptions opt;
+  opt.n_ctx = 64;
+  try {
+    runtime::collect_imatrix(*model, std::vector<int32_t>(63, 5), opt);
+    FAIL() << "accepted 63 tokens";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), LILIMS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("[imatrix] the text has 63 tokens"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lilims
