@@ -52,6 +52,7 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   }
   for (const Node& n : graph_.nodes()) {
     if (n.op != Op::embed) continue;
+    embed_out_ = n.out;
     embed_traits_ = quant::type_traits((uint32_t)n.w->type);
     if (!embed_traits_ || !embed_traits_->to_float) {
       throw Error(LILIMS_ERR_UNSUPPORTED, "[executor] no row conversion for the embedding's type");
@@ -86,8 +87,22 @@ void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* lo
     } else if (logits && done + m == n) {
       out = logits;
     }
-    block(tokens + done, m, pos0 + done, out, all_logits);
+    const int64_t width = embd_ ? graph_.tensors()[(size_t)embed_out_].cols : 0;
+    embd_block_ = embd_ ? embd_ + (size_t)done * (size_t)width : nullptr;
+    block(tokens ? tokens + done : nullptr, m, pos0 + done, out, all_logits);
   }
+}
+
+void Executor::forward_embd(const float* embd, int32_t n, int32_t pos0, float* logits,
+                            bool all_logits) {
+  if (!embd || embed_out_ < 0) {
+    throw Error(LILIMS_ERR_INTERNAL, "[executor] forward_embd() without rows or an embed node");
+  }
+  struct Reset {
+    const float*& p;
+    ~Reset() { p = nullptr; }
+  } reset{embd_ = embd};
+  forward(nullptr, n, pos0, logits, all_logits);
 }
 
 void Executor::encode(const float* input, int32_t n, float* out) {
@@ -171,6 +186,12 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
   };
   switch (n.op) {
     case Op::embed: {
+      if (embd_block_) {
+        for (int32_t t = 0; t < rows; ++t) {
+          std::memcpy(out + t * ldo, embd_block_ + (size_t)t * (size_t)w, (size_t)w * sizeof(float));
+        }
+        break;
+      }
       const uint8_t* table = static_cast<const uint8_t*>(n.w->data);
       for (int32_t t = 0; t < rows; ++t) {
         embed_traits_->to_float(table + (size_t)tokens[t] * embed_row_bytes_, out + t * ldo, n.w->cols);

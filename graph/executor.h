@@ -40,6 +40,10 @@ class Executor {
   void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
                          bool all_logits);
 
+  // forward() with the rows given as embeddings instead of token ids: n rows
+  // of the embedding width (an image's projected features) at positions
+  // pos0.., evaluated as prefill blocks like tokens.
+  void forward_embd(const float* embd, int32_t n, int32_t pos0, float* logits, bool all_logits);
   // An encoder graph (ModelShape::n_layer == 0, no KV cache): runs its n rows
   // (1 <= n <= n_batch) from input (n rows of the input node's width) in one
   // block and writes every output row to out (n_out rows of n_vocab floats,
@@ -77,6 +81,8 @@ class Executor {
   ThreadPool& pool_;
   std::unique_ptr<KvCache> kv_;  // null for an encoder graph
   const float* input_ = nullptr;  // encode()'s rows, for the input node
+  const float* embd_ = nullptr;   // forward_embd()'s rows, for the embed node
+  const float* embd_block_ = nullptr;  // the current block's first row of embd_
   float* arena_ = nullptr;
   uint8_t* act_ = nullptr;
   float* attn_scratch_ = nullptr;
@@ -88,6 +94,7 @@ class Executor {
   // Resolved here, not per call: the embedding table's row conversion, and Q8_0's.
   const quant::TypeTraits* embed_traits_ = nullptr;
   size_t embed_row_bytes_ = 0;
+  int embed_out_ = -1;  // the embed node's output tensor
   const quant::TypeTraits* q8_0_traits_ = nullptr;
   bool attention_per_token_ = false;  // set for the life of forward_as_decode
 };

@@ -83,7 +83,13 @@ class ClipReader {
     w.rows = rows;
     w.cols = cols;
     w.data = t.data;
-    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack_);
+    // A repacked weight is read from its copy: its file pages go as it is copied.
+    kernels::SourceDone drop{[](void* file, const void* p, size_t n) {
+                               static_cast<const gguf::File*>(file)->drop_pages(p, n);
+                             },
+                             const_cast<gguf::File*>(&f_)};
+    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack_, drop);
+    (w.packed.storage.empty() ? mapped_bytes_ : heap_bytes_) += t.n_bytes;
     return w;
   }
 
@@ -102,6 +108,8 @@ class ClipReader {
     }
   }
   uint64_t n_params() const { return n_params_; }
+  uint64_t mapped_bytes() const { return mapped_bytes_; }  // matrices the kernels read in place
+  uint64_t heap_bytes() const { return heap_bytes_; }      // matrices repacked into copies
 
  private:
   const gguf::TensorInfo& tensor(const std::string& name) {
@@ -116,6 +124,7 @@ class ClipReader {
   bool repack_;
   std::set<std::string> taken_;
   uint64_t n_params_ = 0;
+  uint64_t mapped_bytes_ = 0, heap_bytes_ = 0;
 };
 
 void read_hparams(const gguf::File& f, const ClipReader& r, ClipHParams& hp) {
@@ -200,6 +209,14 @@ std::unique_ptr<ClipModel> load_clip(std::unique_ptr<gguf::File> file, bool repa
   m->mm2 = r.biased("mm.2", hp.n_out, hp.n_out);
   r.check_all_taken();
   m->n_params = r.n_params();
+  m->weights_mapped = r.mapped_bytes();
+  m->weights_heap = r.heap_bytes();
+  size_t floats = m->embd_table.size() + m->pre_ln.w.size() * 2 + m->post_ln.w.size() * 2 +
+                  m->patch_embd.bias.size() + m->mm0.bias.size() + m->mm2.bias.size();
+  for (const ClipLayer& L : m->layers) {
+    floats += 4 * L.ln1.w.size() + L.wq.bias.size() * 4 + L.ffn_up.bias.size() + L.ffn_down.bias.size();
+  }
+  m->host_bytes = floats * sizeof(float);
   m->file = std::move(file);
   return m;
 }
@@ -277,7 +294,9 @@ ClipEncoder::ClipEncoder(const ClipModel& m, graph::ExecMode mode, graph::Thread
         return o;
       }(), pool, [&] {
         graph::ModelMemory mem;
-        mem.weights_mapped = m.file ? m.file->file_size() : 0;
+        mem.weights_mapped = m.weights_mapped;
+        mem.weights_heap = m.weights_heap;
+        mem.host = m.host_bytes;
         return mem;
       }()) {}
 

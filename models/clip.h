@@ -61,6 +61,9 @@ struct ClipModel {
   Weight mm0;                      // (n_out, n_embd), with bias
   Weight mm2;                      // (n_out, n_out), with bias
   uint64_t n_params = 0;
+  uint64_t weights_mapped = 0;  // matrix bytes the kernels read from the file
+  uint64_t weights_heap = 0;    // matrix bytes repacked into copies
+  uint64_t host_bytes = 0;      // vectors and the embedding table, as floats
   std::unique_ptr<gguf::File> file;  // owns the bytes the weights point into
 };
 

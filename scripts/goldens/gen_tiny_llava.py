@@ -49,6 +49,7 @@ whatever the dtype, and HF's llama RMSNorm and RoPE angles are float32 too, so t
 replaced by float64 versions (attention_fp64 below; gen_tiny_models' Fp64RmsNorm and Fp64Rope).
 """
 
+import copy
 import json
 import os
 import sys
@@ -59,6 +60,7 @@ from PIL import Image, ImageDraw
 from torch import nn
 from transformers import CLIPVisionConfig, LlamaForCausalLM, LlavaConfig, LlavaForConditionalGeneration
 from transformers.image_utils import PILImageResampling
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.modeling_utils import AttentionInterface
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
@@ -153,10 +155,14 @@ def attention_fp64(module, query, key, value, attention_mask, scaling, dropout=0
 
 
 AttentionInterface.register("lilims_fp64_llava", attention_fp64)
+# The causal mask of the text model, additive (0 / dtype min), as eager attention takes it.
+AttentionMaskInterface.register("lilims_fp64_llava", eager_mask)
 
 
 def to_fp64(model):
-    m = LlavaForConditionalGeneration(model.config).to(torch.float64).eval()
+    """A float64 copy with its own config (the attention choice is written into the config, and
+    the float32 model must keep HF's own)."""
+    m = LlavaForConditionalGeneration(copy.deepcopy(model.config)).to(torch.float64).eval()
     m.load_state_dict({k: v.to(torch.float64) for k, v in model.state_dict().items()})
     m.set_attn_implementation("lilims_fp64_llava")
     lm = m.model.language_model
