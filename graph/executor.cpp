@@ -16,7 +16,7 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   PlanOptions o = opt;
   o.n_threads = pool.size();
   plan_ = make_plan(graph_, o, model);
-  kv_ = std::make_unique<KvCache>(plan_.kv, hook);
+  if (graph_.shape().n_layer > 0) kv_ = std::make_unique<KvCache>(plan_.kv, hook);
 
   const uint64_t bytes = plan_.mem.arena + plan_.mem.matmul_act + plan_.mem.attn_scratch +
                         plan_.mem.round_tmp;
@@ -41,8 +41,8 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
       case Storage::arena:
         if (plan_.offset[(size_t)r] >= 0) b = reinterpret_cast<float*>(block + plan_.offset[(size_t)r]);
         break;
-      case Storage::staged_k: b = kv_->staged_k(root.layer); break;
-      case Storage::staged_v: b = kv_->staged_v(root.layer); break;
+      case Storage::staged_k: b = kv_ ? kv_->staged_k(root.layer) : nullptr; break;
+      case Storage::staged_v: b = kv_ ? kv_->staged_v(root.layer) : nullptr; break;
       case Storage::logits: logits_tensor_ = r; break;
     }
     base_[t] = b ? b + col0 : nullptr;
@@ -52,6 +52,7 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   }
   for (const Node& n : graph_.nodes()) {
     if (n.op != Op::embed) continue;
+    embed_out_ = n.out;
     embed_traits_ = quant::type_traits((uint32_t)n.w->type);
     if (!embed_traits_ || !embed_traits_->to_float) {
       throw Error(LILIMS_ERR_UNSUPPORTED, "[executor] no row conversion for the embedding's type");
@@ -68,6 +69,7 @@ Executor::~Executor() {
 
 void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
                        bool all_logits) {
+  if (!kv_) throw Error(LILIMS_ERR_INTERNAL, "[executor] forward() on an encoder graph; use encode()");
   if (n <= 0) return;
   if (pos0 < 0 || (int64_t)pos0 + n > n_ctx()) {
     throw Error(LILIMS_ERR_CONTEXT_FULL, "[executor] positions " + std::to_string(pos0) + ".." +
@@ -85,8 +87,34 @@ void Executor::forward(const int32_t* tokens, int32_t n, int32_t pos0, float* lo
     } else if (logits && done + m == n) {
       out = logits;
     }
-    block(tokens + done, m, pos0 + done, out, all_logits);
+    const int64_t width = embd_ ? graph_.tensors()[(size_t)embed_out_].cols : 0;
+    embd_block_ = embd_ ? embd_ + (size_t)done * (size_t)width : nullptr;
+    block(tokens ? tokens + done : nullptr, m, pos0 + done, out, all_logits);
   }
+}
+
+void Executor::forward_embd(const float* embd, int32_t n, int32_t pos0, float* logits,
+                            bool all_logits) {
+  if (!embd || embed_out_ < 0) {
+    throw Error(LILIMS_ERR_INTERNAL, "[executor] forward_embd() without rows or an embed node");
+  }
+  struct Reset {
+    const float*& p;
+    ~Reset() { p = nullptr; }
+  } reset{embd_ = embd};
+  forward(nullptr, n, pos0, logits, all_logits);
+}
+
+void Executor::encode(const float* input, int32_t n, float* out) {
+  if (kv_) throw Error(LILIMS_ERR_INTERNAL, "[executor] encode() on a graph with a KV cache");
+  if (n < 1 || n > plan_.opt.n_batch) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] " + std::to_string(n) +
+                                                 " encoder rows do not fit a block of " +
+                                                 std::to_string(plan_.opt.n_batch));
+  }
+  input_ = input;
+  block(nullptr, n, 0, out, true);
+  input_ = nullptr;
 }
 
 void Executor::forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
@@ -149,8 +177,21 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
   const int64_t lda = n.a >= 0 ? ld(n.a) : 0, ldb = n.b >= 0 ? ld(n.b) : 0;
   // Row-wise ops on contiguous tensors go to the kernel as one run.
   const bool flat = ldo == w && (n.a < 0 || lda == w) && (n.b < 0 || ldb == w);
+  auto unary = [&](void (*f)(const float*, float*, int64_t)) {
+    if (flat) {
+      f(a, out, (int64_t)rows * w);
+    } else {
+      for (int32_t t = 0; t < rows; ++t) f(a + t * lda, out + t * ldo, w);
+    }
+  };
   switch (n.op) {
     case Op::embed: {
+      if (embd_block_) {
+        for (int32_t t = 0; t < rows; ++t) {
+          std::memcpy(out + t * ldo, embd_block_ + (size_t)t * (size_t)w, (size_t)w * sizeof(float));
+        }
+        break;
+      }
       const uint8_t* table = static_cast<const uint8_t*>(n.w->data);
       for (int32_t t = 0; t < rows; ++t) {
         embed_traits_->to_float(table + (size_t)tokens[t] * embed_row_bytes_, out + t * ldo, n.w->cols);
@@ -202,11 +243,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       }
       break;
     case Op::gelu:
-      if (flat) {
-        ops.gelu(a, out, (int64_t)rows * w);
-      } else {
-        for (int32_t t = 0; t < rows; ++t) ops.gelu(a + t * lda, out + t * ldo, w);
-      }
+      unary(ops.gelu);
       break;
     case Op::add:
       if (flat) {
@@ -215,15 +252,79 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
         for (int32_t t = 0; t < rows; ++t) ops.add(a + t * lda, b + t * ldb, out + t * ldo, w);
       }
       break;
-    case Op::select_rows: {
-      const int32_t first = all_logits ? 0 : rows - 1;
+    case Op::select_rows:
+    case Op::drop_rows: {
+      const int32_t first = n.op == Op::drop_rows ? std::min<int32_t>(n.first_row, rows)
+                            : all_logits          ? 0
+                                                  : rows - 1;
       for (int32_t t = first; t < rows; ++t) {
         std::memcpy(out + (t - first) * ldo, a + t * lda, (size_t)w * sizeof(float));
       }
       rows -= first;
       break;
     }
+    case Op::input:
+      for (int32_t t = 0; t < rows; ++t) {
+        std::memcpy(out + t * ldo, input_ + (size_t)t * (size_t)w, (size_t)w * sizeof(float));
+      }
+      break;
+    case Op::add_table:
+      if (rows > n.table_rows) {
+        throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] " + std::to_string(rows) +
+                                                     " rows exceed the table of " +
+                                                     std::to_string(n.table_rows));
+      }
+      for (int32_t t = 0; t < rows; ++t) ops.add(a + t * lda, n.table + t * w, out + t * ldo, w);
+      break;
+    case Op::self_attention:
+      self_attention(n, rows);
+      break;
+    case Op::quick_gelu:
+      unary(kernels::quick_gelu_f32__ref);
+      break;
+    case Op::gelu_erf:
+      unary(ops.gelu_erf);
+      break;
   }
+}
+
+// Every query row sees every row of the block: the attention kernel's staged
+// path with all rows staged (F32, no cache) and each query placed at the last
+// position, so that nothing is masked.  Tasks are (query row, head).
+void Executor::self_attention(const Node& n, int32_t rows) {
+  const kernels::OpsTable& ops = *plan_.ops;
+  const ModelShape& sh = graph_.shape();
+  kernels::AttentionArgs args{};
+  args.q_stride = ld(n.a);
+  args.n_q = 1;
+  args.pos0 = rows - 1;
+  args.k = nullptr;
+  args.v = nullptr;
+  args.kv_type = quant::Type::F32;
+  args.kv_stride_bytes = 0;
+  args.n_head = sh.n_head;
+  args.n_head_kv = sh.n_head;
+  args.head_dim = sh.head_dim;
+  args.scale = sh.attn_scale;
+  args.window = 0;
+  args.out_stride = ld(n.out);
+  args.k_new = ptr(n.b);
+  args.v_new = ptr(n.c);
+  args.new_stride = ld(n.b);
+  args.n_new_before = rows - 1;
+  if (ld(n.b) != ld(n.c)) throw Error(LILIMS_ERR_INTERNAL, "[executor] self_attention: K and V strides differ");
+  const float* q = ptr(n.a);
+  float* out = ptr(n.out);
+  float* scratch = attn_scratch_;
+  const size_t per = plan_.attn_scratch_floats;
+  pool_.parallel_for((int64_t)rows * sh.n_head, [&](int64_t task, int thread) {
+    const int32_t t = (int32_t)(task / sh.n_head);
+    const int h = (int)(task % sh.n_head);
+    kernels::AttentionArgs la = args;
+    la.q = q + (int64_t)t * args.q_stride;
+    la.out = out + (int64_t)t * args.out_stride;
+    ops.attention(la, h, h + 1, scratch + (size_t)thread * per);
+  });
 }
 
 

@@ -53,12 +53,25 @@ class Executor {
   // per matmul.
   void set_matmul_observer(MatmulObserver o) { observer_ = o; }
 
+  // forward() with the rows given as embeddings instead of token ids: n rows
+  // of the embedding width (an image's projected features) at positions
+  // pos0.., evaluated as prefill blocks like tokens.
+  void forward_embd(const float* embd, int32_t n, int32_t pos0, float* logits, bool all_logits);
+  // An encoder graph (ModelShape::n_layer == 0, no KV cache): runs its n rows
+  // (1 <= n <= n_batch) from input (n rows of the input node's width) in one
+  // block and writes every output row to out (n_out rows of n_vocab floats,
+  // n_out being n less the rows drop_rows removes).  forward() is for graphs
+  // with a cache; encode() for those without.
+  void encode(const float* input, int32_t n, float* out);
+
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return plan_; }
   int32_t n_ctx() const { return plan_.opt.n_ctx; }
-  size_t kv_bytes() const { return kv_->bytes(); }
-  uint64_t kv_resident_bytes() const { return kv_->resident_bytes(); }
-  void sync() { kv_->sync(); }
+  size_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
+  uint64_t kv_resident_bytes() const { return kv_ ? kv_->resident_bytes() : 0; }
+  void sync() {
+    if (kv_) kv_->sync();
+  }
   // The sequence now keeps only positions [0, n_keep).
   void release_from(int32_t n_keep) { kv_->release_from(n_keep); }
   // The committed cache, for saving and restoring a session's state (sync()
@@ -71,6 +84,7 @@ class Executor {
   void run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
            const int32_t* tokens, bool all_logits);
   void attention(const Node& n, int32_t m, int32_t pos0);
+  void self_attention(const Node& n, int32_t rows);
   void round_staged(int layer, int32_t m);
   float* ptr(int t) const { return base_[(size_t)t]; }
   int64_t ld(int t) const { return stride_[(size_t)t]; }
@@ -78,7 +92,10 @@ class Executor {
   Graph graph_;
   Plan plan_;
   ThreadPool& pool_;
-  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<KvCache> kv_;  // null for an encoder graph
+  const float* input_ = nullptr;  // encode()'s rows, for the input node
+  const float* embd_ = nullptr;   // forward_embd()'s rows, for the embed node
+  const float* embd_block_ = nullptr;  // the current block's first row of embd_
   float* arena_ = nullptr;
   uint8_t* act_ = nullptr;
   float* attn_scratch_ = nullptr;
@@ -90,6 +107,7 @@ class Executor {
   // Resolved here, not per call: the embedding table's row conversion, and Q8_0's.
   const quant::TypeTraits* embed_traits_ = nullptr;
   size_t embed_row_bytes_ = 0;
+  int embed_out_ = -1;  // the embed node's output tensor
   const quant::TypeTraits* q8_0_traits_ = nullptr;
   bool attention_per_token_ = false;  // set for the life of forward_as_decode
   MatmulObserver observer_;

@@ -23,6 +23,12 @@ const char* op_name(Op op) {
     case Op::gelu: return "gelu";
     case Op::add: return "add";
     case Op::select_rows: return "select_rows";
+    case Op::input: return "input";
+    case Op::add_table: return "add_table";
+    case Op::self_attention: return "self_attention";
+    case Op::quick_gelu: return "quick_gelu";
+    case Op::gelu_erf: return "gelu_erf";
+    case Op::drop_rows: return "drop_rows";
   }
   return "?";
 }
@@ -156,11 +162,56 @@ int Graph::select_rows(int a, const std::string& name) {
   return out;
 }
 
+int Graph::input(int64_t n_cols, const std::string& name) {
+  const int out = tensor(name, n_cols);
+  push(Op::input, out);
+  return out;
+}
+
+int Graph::add_table(int a, const std::vector<float>& table, const std::string& name) {
+  if (table.empty() || table.size() % (size_t)cols(a) != 0) bad("add_table " + name + ": table size");
+  const int out = tensor(name, cols(a));
+  Node& n = push(Op::add_table, out, a);
+  n.table = table.data();
+  n.table_rows = (int64_t)(table.size() / (size_t)cols(a));
+  return out;
+}
+
+int Graph::self_attention(int q, int k, int v, const std::string& name) {
+  const int64_t width = (int64_t)shape_.n_head * shape_.head_dim;
+  if (width <= 0 || cols(q) != width || cols(k) != width || cols(v) != width) {
+    bad("self_attention " + name + ": widths");
+  }
+  const int out = tensor(name, width);
+  push(Op::self_attention, out, q, k, v);
+  return out;
+}
+
+int Graph::quick_gelu(int a, const std::string& name) {
+  const int out = tensor(name, cols(a));
+  push(Op::quick_gelu, out, a);
+  return out;
+}
+
+int Graph::gelu_erf(int a, const std::string& name) {
+  const int out = tensor(name, cols(a));
+  push(Op::gelu_erf, out, a);
+  return out;
+}
+
+int Graph::drop_rows(int a, int first_row, const std::string& name) {
+  if (first_row < 0) bad("drop_rows " + name + ": negative count");
+  const int out = tensor(name, cols(a));
+  push(Op::drop_rows, out, a).first_row = first_row;
+  return out;
+}
+
 void Graph::validate() const {
   if (chunks_.size() < 3 || chunks_.front().kind != ChunkKind::embed ||
       chunks_.back().kind != ChunkKind::head) {
     bad("chunks must be embed, blocks..., head");
   }
+  const bool kv = shape_.n_layer > 0;
   std::vector<char> defined(tensors_.size(), 0);
   std::vector<int> staged_by(2 * (size_t)shape_.n_layer, -1);
   int next_layer = 0;
@@ -185,7 +236,11 @@ void Graph::validate() const {
         bad("rope on " + tensors_[(size_t)n.a].name + " before it is written");
       }
       const Tensor& out = tensors_[(size_t)n.out];
-      if (out.storage == Storage::staged_k || out.storage == Storage::staged_v) {
+      const bool staged = out.storage == Storage::staged_k || out.storage == Storage::staged_v;
+      if (!kv && (staged || n.op == Op::attention)) {
+        bad(std::string(op_name(n.op)) + " into " + out.name + " needs a KV cache, which an encoder has not");
+      }
+      if (staged) {
         if (ch.kind != ChunkKind::blocks || out.layer < ch.layer_begin || out.layer >= ch.layer_end) {
           bad(out.name + " is written outside its layer's chunk");
         }
@@ -204,7 +259,7 @@ void Graph::validate() const {
       defined[(size_t)root(n.out)] = 1;
     }
   }
-  if (next_layer != shape_.n_layer) bad("the block chunks do not cover every layer");
+  if (kv && next_layer != shape_.n_layer) bad("the block chunks do not cover every layer");
   for (int l = 0; l < shape_.n_layer; ++l) {
     if (staged_by[2 * (size_t)l] < 0 || staged_by[2 * (size_t)l + 1] < 0) {
       bad("layer " + std::to_string(l) + " stages no K/V rows");

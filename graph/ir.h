@@ -50,6 +50,15 @@ enum class Op : uint8_t {
   add,          // out = a + b
   select_rows,  // out = the rows of a whose logits are wanted (all, or the last); every
                 // later node runs on that many rows
+  // Encoder graphs (no KV cache: ModelShape::n_layer == 0; Executor::encode):
+  input,        // out = the caller's rows (encode's input)
+  add_table,    // out = a + table: row t of a plus row t of a constant (rows, cols) table
+  self_attention,  // out = attention of queries a over keys b and values c, every row
+                   // seeing every row of the block (not causal)
+  quick_gelu,   // out = a * sigmoid(1.702 a)
+  gelu_erf,     // out = gelu(a) (erf form)
+  drop_rows,    // out = a without its first `first_row` rows; every later node runs on
+                // that many fewer rows
 };
 const char* op_name(Op op);
 
@@ -63,6 +72,9 @@ struct Node {
   float eps = 0.0f;
   int layer = -1;                            // attention
   int n_heads = 0;                           // rope: heads in a's rows
+  const float* table = nullptr;              // add_table: (table_rows, cols)
+  int64_t table_rows = 0;
+  int first_row = 0;                         // drop_rows
 };
 
 enum class ChunkKind : uint8_t { embed, blocks, head };
@@ -73,9 +85,12 @@ struct Chunk {
   int layer_begin = 0, layer_end = 0;  // blocks: the layers it runs
 };
 
-// What the attention and RoPE nodes of the graph share.
+// What the attention and RoPE nodes of the graph share.  An encoder graph
+// (a vision tower) has n_layer = 0: no KV cache, its attention is
+// self_attention within the block; n_head, head_dim and attn_scale describe
+// that, and n_vocab is the width of its output rows.
 struct ModelShape {
-  int n_layer = 0;
+  int n_layer = 0;  // layers with a KV cache
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   int n_rot = 0;
   bool rope_neox = false;
@@ -115,6 +130,14 @@ class Graph {
   int gelu(int a, const std::string& name);
   void add(int a, int b, int out);
   int select_rows(int a, const std::string& name);
+  // Encoder graphs.
+  int input(int64_t cols, const std::string& name);
+  // table: (table_rows, cols(a)) floats, at least as many rows as the block.
+  int add_table(int a, const std::vector<float>& table, const std::string& name);
+  int self_attention(int q, int k, int v, const std::string& name);
+  int quick_gelu(int a, const std::string& name);
+  int gelu_erf(int a, const std::string& name);
+  int drop_rows(int a, int first_row, const std::string& name);
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
@@ -125,7 +148,7 @@ class Graph {
   // Throws lilims::Error unless the graph is complete and consistent: every
   // node in a chunk, inputs defined before use, widths that agree, chunks in
   // the order embed, blocks..., head, each layer's staged rows written once
-  // in its own chunk.
+  // in its own chunk; an encoder graph stages nothing and has no KV attention.
   void validate() const;
 
  private:

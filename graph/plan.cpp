@@ -107,7 +107,7 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
   o.n_batch = std::min(o.n_batch, o.n_ctx);
   o.n_threads = std::max(1, o.n_threads);
   if (o.mode == ExecMode::oracle_f32) o.kv_type = quant::Type::F32;
-  if (o.kv_type == quant::Type::Q8_0 && sh.head_dim % quant::kBlock != 0) {
+  if (sh.n_layer > 0 && o.kv_type == quant::Type::Q8_0 && sh.head_dim % quant::kBlock != 0) {
     throw Error(LILIMS_ERR_UNSUPPORTED, "[plan] a Q8_0 KV cache needs a head dimension that is "
                                         "a multiple of 32, not " + std::to_string(sh.head_dim));
   }
@@ -128,34 +128,51 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
     p.mem.matmul_act = std::max<uint64_t>(p.mem.matmul_act, align_up(p.mm[i].act_stride * (uint64_t)o.n_batch));
   }
 
-  kernels::AttentionArgs probe{};
-  probe.n_q = o.n_batch;
-  probe.pos0 = o.n_ctx - o.n_batch;
-  probe.kv_type = o.kv_type;
-  probe.n_head = sh.n_head;
-  probe.n_head_kv = sh.n_head_kv;
-  probe.head_dim = sh.head_dim;
-  p.attn_scratch_floats = (kernels::attention_scratch_floats(probe) + 15) / 16 * 16;
-  p.mem.attn_scratch = (uint64_t)p.attn_scratch_floats * sizeof(float) * (uint64_t)o.n_threads;
-
-  p.kv.n_layer = sh.n_layer;
-  p.kv.n_ctx = o.n_ctx;
-  p.kv.n_batch = o.n_batch;
-  p.kv.kv_dim = sh.kv_dim();
-  p.kv.type = o.kv_type;
-  p.kv.commit = o.kv_commit;
-  p.kv.ops = p.ops;
   p.block_chunk.assign(g.chunks().size(), -1);
-  for (size_t c = 0; c < g.chunks().size(); ++c) {
-    const Chunk& ch = g.chunks()[c];
-    if (ch.kind != ChunkKind::blocks) continue;
-    p.block_chunk[c] = (int)p.kv.chunk_begin.size();
-    p.kv.chunk_begin.push_back(ch.layer_begin);
+  if (sh.n_layer > 0) {
+    kernels::AttentionArgs probe{};
+    probe.n_q = o.n_batch;
+    probe.pos0 = o.n_ctx - o.n_batch;
+    probe.kv_type = o.kv_type;
+    probe.n_head = sh.n_head;
+    probe.n_head_kv = sh.n_head_kv;
+    probe.head_dim = sh.head_dim;
+    p.attn_scratch_floats = kernels::attention_scratch_floats(probe);
+
+    p.kv.n_layer = sh.n_layer;
+    p.kv.n_ctx = o.n_ctx;
+    p.kv.n_batch = o.n_batch;
+    p.kv.kv_dim = sh.kv_dim();
+    p.kv.type = o.kv_type;
+    p.kv.commit = o.kv_commit;
+    p.kv.ops = p.ops;
+    for (size_t c = 0; c < g.chunks().size(); ++c) {
+      const Chunk& ch = g.chunks()[c];
+      if (ch.kind != ChunkKind::blocks) continue;
+      p.block_chunk[c] = (int)p.kv.chunk_begin.size();
+      p.kv.chunk_begin.push_back(ch.layer_begin);
+    }
+    p.kv.chunk_begin.push_back(sh.n_layer);
+    p.mem.staging = KvCache::staging_bytes(p.kv);
+    p.mem.round_tmp = align_up(quant::row_bytes(o.kv_type, sh.kv_dim()));
+    p.mem.kv = KvStorage::bytes_for(sh.n_layer, o.n_ctx, quant::row_bytes(o.kv_type, sh.kv_dim()));
   }
-  p.kv.chunk_begin.push_back(sh.n_layer);
-  p.mem.staging = KvCache::staging_bytes(p.kv);
-  p.mem.round_tmp = align_up(quant::row_bytes(o.kv_type, sh.kv_dim()));
-  p.mem.kv = KvStorage::bytes_for(sh.n_layer, o.n_ctx, quant::row_bytes(o.kv_type, sh.kv_dim()));
+  // Self-attention (encoders) runs one query row per call over the block's
+  // rows, read as F32 staged rows (graph/executor.cpp).
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::self_attention) continue;
+    kernels::AttentionArgs probe{};
+    probe.n_q = 1;
+    probe.pos0 = o.n_batch - 1;
+    probe.kv_type = quant::Type::F32;
+    probe.n_head = sh.n_head;
+    probe.n_head_kv = sh.n_head;
+    probe.head_dim = sh.head_dim;
+    p.attn_scratch_floats = std::max(p.attn_scratch_floats, kernels::attention_scratch_floats(probe));
+    break;
+  }
+  p.attn_scratch_floats = (p.attn_scratch_floats + 15) / 16 * 16;
+  p.mem.attn_scratch = (uint64_t)p.attn_scratch_floats * sizeof(float) * (uint64_t)o.n_threads;
   p.mem.logits = (uint64_t)sh.n_vocab * sizeof(float);
   p.mem.weights_mapped = model.weights_mapped;
   p.mem.weights_heap = model.weights_heap;
@@ -180,9 +197,10 @@ std::string Plan::describe(const Graph& g) const {
       what += " " + std::to_string(ch.layer_begin) + ".." + std::to_string(ch.layer_end - 1);
     }
     std::string ops_list;
-    int counts[16] = {0};
+    constexpr int kOps = (int)Op::drop_rows + 1;
+    int counts[kOps] = {0};
     for (int i = ch.node_begin; i < ch.node_end; ++i) ++counts[(int)g.nodes()[(size_t)i].op];
-    for (int op = 0; op < 16; ++op) {
+    for (int op = 0; op < kOps; ++op) {
       if (counts[op]) ops_list += " " + std::string(op_name((Op)op)) + " x" + std::to_string(counts[op]);
     }
     std::snprintf(line, sizeof line, "  %2zu %-14s %3d ops:", c, what.c_str(), ch.node_end - ch.node_begin);

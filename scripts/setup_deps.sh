@@ -3,7 +3,7 @@
 # Needs root for apt-get (uses sudo when not root and sudo exists).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libxxhash-dev xxhash libeigen3-dev libopenblas-dev
-      libgtest-dev libbenchmark-dev libsentencepiece-dev python3-pip
+      libgtest-dev libbenchmark-dev libsentencepiece-dev libpng-dev libjpeg-dev python3-pip
       g++-aarch64-linux-gnu qemu-user llvm)
 # libFuzzer (scripts/fuzz.sh) needs clang with its runtime: the Swift
 # toolchain's clang has it; without that toolchain, Debian's.

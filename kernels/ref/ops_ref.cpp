@@ -167,6 +167,13 @@ void gelu_erf_f32__ref(const float* x, float* y, int64_t n) {
   }
 }
 
+void quick_gelu_f32__ref(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = (float)(v / (1.0 + std::exp(-1.702 * v)));
+  }
+}
+
 void silu_f32__ref(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const double v = x[i];

@@ -86,6 +86,8 @@ void rope_tables_f32(const RopeParams& p, int32_t pos0, int n_pos, float* cos_ou
 void gelu_f32__ref(const float* x, float* y, int64_t n);
 // y = 0.5 x (1 + erf(x / sqrt(2)))                        (GELU, exact form)
 void gelu_erf_f32__ref(const float* x, float* y, int64_t n);
+// y = x / (1 + exp(-1.702 x))                            (CLIP's quick GELU)
+void quick_gelu_f32__ref(const float* x, float* y, int64_t n);
 // y = x / (1 + exp(-x))
 void silu_f32__ref(const float* x, float* y, int64_t n);
 void add_f32__ref(const float* a, const float* b, float* y, int64_t n);
