@@ -76,19 +76,9 @@ class ClipReader {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + name + " (" + tr->name + ") has rows of " +
                                       std::to_string(cols) + " values, not whole blocks");
     }
-    Weight w;
-    w.name = name;
-    w.file_type = t.type;
-    w.type = static_cast<quant::Type>(t.type);
-    w.rows = rows;
-    w.cols = cols;
-    w.data = t.data;
+    Weight w = weight_of(t, name, rows, cols);
     // A repacked weight is read from its copy: its file pages go as it is copied.
-    kernels::SourceDone drop{[](void* file, const void* p, size_t n) {
-                               static_cast<const gguf::File*>(file)->drop_pages(p, n);
-                             },
-                             const_cast<gguf::File*>(&f_)};
-    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack_, drop);
+    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack_, drop_copied_pages(f_));
     (w.packed.storage.empty() ? mapped_bytes_ : heap_bytes_) += t.n_bytes;
     return w;
   }

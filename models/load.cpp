@@ -75,19 +75,10 @@ class Reader {
       bad(LILIMS_ERR_BAD_FORMAT, "tensor " + name + " has shape [" + shape + "], expected [" +
                                      std::to_string(cols) + " x " + std::to_string(rows) + "]");
     }
-    Weight w;
-    w.name = name;
-    w.file_type = t.type;
-    w.type = static_cast<quant::Type>(t.type);
-    w.rows = rows;
-    w.cols = cols;
-    w.data = t.data;
+    Weight w = weight_of(t, name, rows, cols);
     // A repacked weight is read from its copy: its file pages need not stay
     // resident beside it, and go slice by slice, so the load never holds both.
-    kernels::SourceDone drop{[](void* file, const void* p, size_t n) {
-                               static_cast<const gguf::File*>(file)->drop_pages(p, n);
-                             },
-                             const_cast<gguf::File*>(&f_)};
+    kernels::SourceDone drop = drop_copied_pages(f_);
     if (!quant::type_traits(t.type)) {
       requantize(t, w);
       drop = {};  // the source is the heap copy, not the file
@@ -410,6 +401,24 @@ std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOp
   }
   m->file = std::move(file);
   return m;
+}
+
+Weight weight_of(const gguf::TensorInfo& t, const std::string& name, int64_t rows, int64_t cols) {
+  Weight w;
+  w.name = name;
+  w.file_type = t.type;
+  w.type = static_cast<quant::Type>(t.type);
+  w.rows = rows;
+  w.cols = cols;
+  w.data = t.data;
+  return w;
+}
+
+kernels::SourceDone drop_copied_pages(const gguf::File& f) {
+  return kernels::SourceDone{[](void* file, const void* p, size_t n) {
+                               static_cast<const gguf::File*>(file)->drop_pages(p, n);
+                             },
+                             const_cast<gguf::File*>(&f)};
 }
 
 }  // namespace lilims::models

@@ -61,6 +61,13 @@ struct Weight {
   bool present() const { return rows > 0; }
 };
 
+// A weight over a 2-D GGUF tensor's bytes as the file holds them (rows x
+// cols, not yet packed for the kernels).
+Weight weight_of(const gguf::TensorInfo& t, const std::string& name, int64_t rows, int64_t cols);
+// What pack_weight calls as it copies a weight: gives those pages of the
+// file's mapping back, so a repacked weight is not resident twice.
+kernels::SourceDone drop_copied_pages(const gguf::File& f);
+
 struct Norm {
   std::vector<float> w;  // (n_embd)
   std::vector<float> b;  // (n_embd) for LayerNorm, empty for RMSNorm

@@ -83,9 +83,7 @@ int perplexity_main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::string text = tools::read_text_file(text_path);
-    // llama-perplexity drops exactly one trailing newline of the file.
-    if (!text.empty() && text.back() == '\n') text.pop_back();
+    const std::string text = tools::read_scored_text(text_path);
     auto model = tools::open_model(common);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, true, false);
     const int32_t n_vocab = model->hparams().n_vocab;

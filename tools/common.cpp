@@ -224,6 +224,12 @@ bool parse_generation(const std::string& a, const std::function<const char*()>& 
 
 std::string read_text_file(const std::string& path) { return read_regular_file(path, "file"); }
 
+std::string read_scored_text(const std::string& path) {
+  std::string text = read_text_file(path);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s) {
   const int n = (int)r.tokens.size();
   std::fprintf(out,

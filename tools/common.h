@@ -62,6 +62,9 @@ extern const char* const kGenerationHelp;
 // A prompt or text file; only regular files (a FIFO or /dev/zero would block
 // or never end).  Throws lilims::Error LILIMS_ERR_IO naming the path.
 std::string read_text_file(const std::string& path);
+// A text to score (perplexity, imatrix): the file without one trailing
+// newline, as llama-perplexity reads -f, so the tokens and figures compare.
+std::string read_scored_text(const std::string& path);
 void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Session& s);
 // print_stats' line plus time to first token, reused prompt tokens, context
 // shifts and the process's peak resident memory (--verbose).
