@@ -25,6 +25,7 @@
 #include "runtime/speculative.h"
 #include "runtime/vision.h"
 #include "test_util.h"
+#include "tokenizer/chat.h"
 #include "tools/image_io.h"
 
 namespace lilims::test {
@@ -360,6 +361,31 @@ TEST(CliImage, RunPrintsTheSessionsGreedyText) {
     EXPECT_EQ(r.exit_code, 0) << r.describe();
     EXPECT_EQ(r.out, want.text + "\n") << r.describe();
     EXPECT_NE(r.err.find("[lilims] image: 72x48, 16 positions, encoded in"), std::string::npos) << r.describe();
+  }
+}
+
+// With a chat template the marker splits the formatted conversation; with
+// none in the prompt the image goes before the user's text.
+TEST(CliImage, MarkerSplitsTheChatTemplatedPrompt) {
+  ImageSession s(128);  // the model's trained context: its character-level vocabulary spends many tokens on markup
+  const std::string question = "What?";
+  for (const std::string& user : {"<image>" + question, question}) {
+    const std::string text = tok::apply_chat_template("chatml", {{"system", "S"}, {"user", "<image>" + question}}, true);
+    const size_t at = text.find("<image>");
+    s.session->reset();
+    s.session->eval(s.model->tokenizer().encode(text.substr(0, at), true, true));
+    const tools::DecodedImage img = tools::decode_image_file(llava("img_landscape.png"));
+    s.projector->eval_image(*s.session, {img.rgb.data(), img.width, img.height, 3 * (size_t)img.width});
+    runtime::GenerateOptions opt;
+    opt.max_tokens = 4;
+    opt.sampling.temperature = 0.0f;
+    const runtime::GenerateResult want =
+        s.session->generate_tokens(s.model->tokenizer().encode(text.substr(at + 7), false, true), opt);
+    const cli::Result r = cli::run({"run", "-m", llava("text.gguf"), "--mmproj", llava("mmproj.gguf"), "--image",
+                                    llava("img_landscape.png"), "--template", "chatml", "--system", "S", "-p", user, "-n", "4",
+                                    "--temp", "0", "-t", "2", "-c", "128", "--kv-type", "f32", "-q"});
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.out, want.text + "\n") << user << "\n" << r.describe();
   }
 }
 
