@@ -40,7 +40,8 @@ int32_t Projector::eval_image(Session& session, const models::RgbImage& img) {
   }
   rows_.resize((size_t)encoder_->n_rows() * (size_t)encoder_->n_cols());
   encoder_->encode(pixels.data(), rows_.data());
-  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_seconds_.store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                      std::memory_order_relaxed);
   session.eval_embeddings(rows_.data(), encoder_->n_rows());
   return encoder_->n_rows();
 }

@@ -3,6 +3,7 @@
 // after its tokens (Session::eval_embeddings).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,7 +34,7 @@ class Projector {
   int32_t eval_image(Session& session, const models::RgbImage& img);
 
   // Seconds the last image took to preprocess and encode (0 before any).
-  double last_encode_seconds() const { return last_seconds_; }
+  double last_encode_seconds() const { return last_seconds_.load(std::memory_order_relaxed); }
 
  private:
   std::unique_ptr<models::ClipModel> clip_;
@@ -42,7 +43,7 @@ class Projector {
   std::unique_ptr<models::ClipEncoder> encoder_;
   graph::ExecMode mode_ = graph::ExecMode::fast;
   std::vector<float> rows_;
-  double last_seconds_ = 0.0;
+  std::atomic<double> last_seconds_{0.0};
 };
 
 }  // namespace lilims::runtime
