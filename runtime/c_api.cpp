@@ -14,6 +14,7 @@
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
 #include "runtime/tools.h"
+#include "runtime/vision.h"
 #include "tokenizer/chat.h"
 
 using lilims::Error;
@@ -834,3 +835,39 @@ void lilims_session_cancel(lilims_session* session) {
 }
 
 }  // extern "C"
+
+struct lilims_mmproj {
+  std::unique_ptr<lilims::runtime::Projector> impl;
+};
+
+lilims_status lilims_mmproj_open(const char* path, lilims_mmproj** out) {
+  if (out) *out = nullptr;
+  if (!path) return null_arg("mmproj_open", "path");
+  if (!out) return null_arg("mmproj_open", "out");
+  return guarded([&] {
+    auto m = std::make_unique<lilims_mmproj>();
+    m->impl = lilims::runtime::Projector::open(path);
+    *out = m.release();
+    return LILIMS_OK;
+  });
+}
+
+void lilims_mmproj_free(lilims_mmproj* mmproj) { delete mmproj; }
+
+double lilims_mmproj_last_encode_seconds(const lilims_mmproj* mmproj) {
+  return mmproj ? mmproj->impl->last_encode_seconds() : 0.0;
+}
+
+lilims_status lilims_session_eval_image(lilims_session* session, lilims_mmproj* mmproj,
+                                        const uint8_t* rgb, int32_t width, int32_t height,
+                                        size_t stride, int32_t* out_n_positions) {
+  if (out_n_positions) *out_n_positions = 0;
+  if (!session) return null_arg("session_eval_image", "session");
+  if (!mmproj) return null_arg("session_eval_image", "mmproj");
+  if (!rgb) return null_arg("session_eval_image", "rgb");
+  return guarded([&] {
+    const int32_t n = mmproj->impl->eval_image(*session->impl, {rgb, width, height, stride});
+    if (out_n_positions) *out_n_positions = n;
+    return LILIMS_OK;
+  });
+}

@@ -277,6 +277,40 @@ void Session::eval_impl(const std::vector<int32_t>& tokens) {
   }
 }
 
+void Session::eval_embeddings(const float* rows, int32_t n) {
+  Call call(*this);
+  if (!rows || n < 1) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[session] eval_embeddings needs rows (got " + std::string(rows ? "" : "NULL, ") +
+                    std::to_string(n) + " rows)");
+  }
+  if (tokens_.size() + (size_t)n > (size_t)exec_->n_ctx()) {
+    throw Error(LILIMS_ERR_CONTEXT_FULL,
+                "[session] " + std::to_string(n) + " embedding rows do not fit: " +
+                    std::to_string(tokens_.size()) + " of " + std::to_string(exec_->n_ctx()) +
+                    " positions are in use");
+  }
+  const int32_t step = exec_->plan().opt.n_batch;
+  const size_t width = (size_t)model_.hparams().n_embd;
+  for (int32_t done = 0; done < n; done += step) {
+    if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
+    const int32_t m = std::min(step, n - done);
+    exec_->forward_embd(rows + (size_t)done * width, m, (int32_t)tokens_.size(), logits_.data(),
+                        false);
+    tokens_.insert(tokens_.end(), (size_t)m, kEmbeddingRow);
+    has_logits_ = true;
+  }
+}
+
+void Session::check_no_embedding_rows(const char* what) const {
+  if (std::find(tokens_.begin(), tokens_.end(), kEmbeddingRow) != tokens_.end()) {
+    throw Error(LILIMS_ERR_UNSUPPORTED,
+                std::string("[state] cannot ") + what +
+                    ": the session holds embedding rows (an image), which a state stores no "
+                    "ids for; truncate before them or reset first");
+  }
+}
+
 void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
   Call call(*this);
   eval_block_impl(tokens, &logits, false);
@@ -426,6 +460,19 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
                   "[generate] n_keep " + std::to_string(n_keep) + " leaves nothing to shift in a "
                   "context of " + std::to_string(exec_->n_ctx()) + " tokens (at most " +
                   std::to_string(exec_->n_ctx() - 2) + ")");
+    }
+    // Shifted rows are evaluated again from their ids, which embedding rows
+    // (an image) do not have: they must stay within the kept start.
+    size_t end = 0;  // one past the last embedding row
+    for (size_t i = 0; i < keep; ++i) {
+      if (tokens_[i] == kEmbeddingRow) end = i + 1;
+    }
+    if (end > (size_t)n_keep) {
+      throw Error(LILIMS_ERR_UNSUPPORTED,
+                  "[generate] a context shift cannot move embedding rows (an image): they end "
+                  "at position " + std::to_string(end) + ", after n_keep " +
+                  std::to_string(n_keep) + "; keep at least " + std::to_string(end) +
+                  " tokens or use the stop policy");
     }
   }
   // The loop below makes a token, then stops if the context is full, so the

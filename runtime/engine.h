@@ -286,6 +286,17 @@ class Session {
   const std::vector<float>& logits() const { return logits_; }  // of the last token
   bool has_logits() const { return has_logits_; }
 
+  // The id tokens() holds at a position eval_embeddings filled.
+  static constexpr int32_t kEmbeddingRow = -1;
+  // Appends n rows of n_embd floats (an image's projected features) to the
+  // sequence and runs them as prefill blocks, as eval does tokens; tokens()
+  // holds kEmbeddingRow at their positions.  Same errors as eval.  While the
+  // session holds such rows, state_size / save_state refuse
+  // (LILIMS_ERR_UNSUPPORTED: the state format stores token ids), a context
+  // shift that would move them is refused before generate evaluates
+  // anything, and prompt-lookup drafts never copy or match them.
+  void eval_embeddings(const float* rows, int32_t n);
+
   // Every option is checked before the prompt is evaluated: an invalid one
   // throws with the session unchanged.
   GenerateResult generate(const std::string& prompt, const GenerateOptions& opt);
@@ -364,6 +375,8 @@ class Session {
   GenerateResult generate_impl(size_t keep, const std::vector<int32_t>& prompt,
                                const GenerateOptions& opt);
   void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
+  // Throws LILIMS_ERR_UNSUPPORTED ("[state] ...") when tokens_ holds embedding rows.
+  void check_no_embedding_rows(const char* what) const;
   // ContextPolicy::shift: drops tokens after the kept start and evaluates
   // the rest, with `next` (not yet evaluated) appended, at their new positions.
   void shift_context(int32_t n_keep, int32_t next);

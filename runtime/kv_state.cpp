@@ -351,6 +351,7 @@ uint64_t Model::fingerprint() const {
 
 uint64_t Session::state_size() {
   Call call(*this);
+  check_no_embedding_rows("size a state");
   const models::HParams& hp = model_.hparams();
   return state_layout(tokens_.size(), (uint64_t)hp.n_layer, exec_->kv_cache().row_bytes(),
                       (uint64_t)hp.n_vocab, has_logits_)
@@ -359,6 +360,7 @@ uint64_t Session::state_size() {
 
 size_t Session::save_state(void* buf, size_t capacity) {
   Call call(*this);
+  check_no_embedding_rows("save a state");
   const models::HParams& hp = model_.hparams();
   const uint64_t need = state_layout(tokens_.size(), (uint64_t)hp.n_layer,
                                      exec_->kv_cache().row_bytes(), (uint64_t)hp.n_vocab,
@@ -381,6 +383,7 @@ size_t Session::save_state(void* buf, size_t capacity) {
 
 void Session::save_state_file(const std::string& path) {
   Call call(*this);
+  check_no_embedding_rows("save a state");
   if (path.empty()) throw Error(LILIMS_ERR_IO, "[state] empty path: a file name is needed");
   const SessionShape s = shape_of(model_, *exec_);
   const std::string tmp = path + ".partial";

@@ -15,9 +15,11 @@ std::vector<int32_t> draft_tokens(const std::vector<int32_t>& seq, size_t n_seq,
     // by at least one token.
     for (size_t j = n - g; j-- > 0;) {
       size_t q = 0;
-      while (q < g && at(j + q) == at(n - g + q)) ++q;
+      while (q < g && at(j + q) == at(n - g + q) && at(j + q) >= 0) ++q;
       if (q < g) continue;
-      for (size_t i = j + g; i < n && out.size() < (size_t)k; ++i) out.push_back(at(i));
+      // Negative ids mark embedding rows (an image): no token to draft.
+      for (size_t i = j + g; i < n && out.size() < (size_t)k && at(i) >= 0; ++i) out.push_back(at(i));
+      if (out.empty()) continue;
       return out;
     }
   }

@@ -25,7 +25,9 @@ constexpr size_t kMaxForcedBytes = 256;
 // Prompt-lookup drafts: the (up to k) tokens that followed the most recent
 // earlier occurrence of the sequence's last n tokens, the longest n from
 // kDraftMaxNgram down to kDraftMinNgram that matches.  The sequence is
-// seq[0, n_seq) followed by tail.  Empty when nothing matches.
+// seq[0, n_seq) followed by tail.  Negative ids (embedding rows, see
+// Session::kEmbeddingRow) match nothing and are never drafted: drafts stop
+// before one.  Empty when nothing matches.
 std::vector<int32_t> draft_tokens(const std::vector<int32_t>& seq, size_t n_seq,
                                   const std::vector<int32_t>& tail, int32_t k);
 

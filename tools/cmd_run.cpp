@@ -4,19 +4,59 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "runtime/engine.h"
 #include "runtime/tools.h"
+#include "runtime/vision.h"
 #include "tokenizer/chat.h"
 #include "tools/cli.h"
 #include "tools/common.h"
+#include "tools/image_io.h"
 
 namespace {
 
 using namespace lilims;
+
+// Where --image goes in the prompt.
+constexpr const char* kImageMarkers[] = {"<__media__>", "<image>"};
+
+// A piece of the prompt: the chat template's markup or the caller's text.
+struct Piece {
+  std::string text;
+  bool markup;
+  bool parse_special;
+};
+
+std::vector<int32_t> encode_pieces(const tok::Tokenizer& tk, const std::vector<Piece>& pieces,
+                                   bool bos) {
+  std::vector<tok::Tokenizer::Segment> segs;
+  for (const Piece& p : pieces) segs.push_back({p.text, p.parse_special});
+  return tk.encode_segments(segs, bos);
+}
+
+// The pieces split at the first image marker in the caller's text: those
+// before it and those after it.
+void split_at_image(const std::vector<Piece>& pieces, std::vector<Piece>* before,
+                    std::vector<Piece>* after) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].markup) continue;
+    for (const char* marker : kImageMarkers) {
+      const size_t at = pieces[i].text.find(marker);
+      if (at == std::string::npos) continue;
+      before->assign(pieces.begin(), pieces.begin() + (ptrdiff_t)i);
+      before->push_back({pieces[i].text.substr(0, at), false, pieces[i].parse_special});
+      after->push_back({pieces[i].text.substr(at + std::strlen(marker)), false, pieces[i].parse_special});
+      after->insert(after->end(), pieces.begin() + (ptrdiff_t)i + 1, pieces.end());
+      return;
+    }
+  }
+  throw std::logic_error("no image marker in the prompt");
+}
 
 // On stdout for --help (exit 0); a usage error names the flag on stderr instead.
 void usage() {
@@ -53,7 +93,11 @@ void usage() {
       "  --top-p P              nucleus sampling (default 0.95; 1: off)\n"
       "  --min-p P              drop tokens below P times the top one (default 0.05; 0: off)\n"
       "  --repeat-penalty R     penalise recent tokens (default 1: off)\n"
-      "  --repeat-last-n N      how many recent tokens the penalty sees (default 64; -1: all)\n",
+      "  --repeat-last-n N      how many recent tokens the penalty sees (default 64; -1: all)\n"
+      "  --image FILE           a PNG or JPEG the model sees (LLaVA-style; needs --mmproj): its\n"
+      "                         rows go where the prompt says <__media__> or <image>, else\n"
+      "                         before the prompt's text\n"
+      "  --mmproj FILE          the multimodal projector GGUF made for the model\n",
       stdout);
   std::fputs(tools::kGenerationHelp, stdout);
   std::fputs(
@@ -83,7 +127,7 @@ void usage() {
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
   std::string prompt, prompt_file, system_prompt, template_name, schema_arg;
-  std::string load_state, save_state;
+  std::string load_state, save_state, image_file, mmproj_file;
   std::vector<std::string> tool_files;
   bool have_prompt = false, raw = false, quiet = false, verbose = false, special_in_prompt = false;
   runtime::GenerateOptions gen;
@@ -122,6 +166,10 @@ int run_main(int argc, char** argv) {
         gen.constraint_trigger = next();
       } else if (a == "--trigger-close") {
         gen.constraint_close = next();
+      } else if (a == "--image") {
+        image_file = next();
+      } else if (a == "--mmproj") {
+        mmproj_file = next();
       } else if (a == "--load-state") {
         load_state = next();
       } else if (a == "--save-state") {
@@ -141,6 +189,14 @@ int run_main(int argc, char** argv) {
       }
     }
     if (!have_prompt) throw std::invalid_argument("a prompt is needed (-p TEXT or -f FILE)");
+    if (image_file.empty() != mmproj_file.empty()) {
+      throw std::invalid_argument(image_file.empty() ? "--mmproj needs --image"
+                                                     : "--image needs --mmproj (the projector GGUF)");
+    }
+    if (!image_file.empty() && !save_state.empty()) {
+      throw std::invalid_argument("--save-state cannot store an image: the state format holds "
+                                  "token ids");
+    }
     if (gen.json + !schema_arg.empty() + !tool_files.empty() > 1) {
       throw std::invalid_argument("--json, --json-schema and --tools exclude each other");
     }
@@ -195,7 +251,17 @@ int run_main(int argc, char** argv) {
       }
     };
     const std::string tmpl = template_name.empty() ? model->chat_template() : template_name;
-    std::vector<int32_t> ids;
+    // The image, decoded and its projector loaded before anything runs.
+    std::unique_ptr<runtime::Projector> projector;
+    tools::DecodedImage image;
+    if (!image_file.empty()) {
+      projector = runtime::Projector::open(mmproj_file);
+      image = tools::decode_image_file(image_file);
+      bool marked = false;
+      for (const char* marker : kImageMarkers) marked = marked || prompt.find(marker) != std::string::npos;
+      if (!marked) prompt = std::string(kImageMarkers[0]) + prompt;
+    }
+    std::vector<Piece> segs;
     if (!raw && !tmpl.empty()) {
       std::vector<tok::ChatMessage> msgs;
       // The tools join the system turn (after the caller's own system text).
@@ -208,12 +274,15 @@ int run_main(int argc, char** argv) {
           std::fprintf(stderr, "lilims run: after --load-state the system turn (--system, --tools) "
                                "is the loaded one; the new one is ignored\n");
         }
-        ids = tok::encode_chat_continuation(model->tokenizer(), tmpl, {{"user", prompt}},
-                                            special_in_prompt);
+        for (const tok::ChatSegment& c : tok::chat_continuation_segments(tmpl, {{"user", prompt}})) {
+          segs.push_back({c.text, c.markup, c.markup || special_in_prompt});
+        }
       } else {
         if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
         msgs.push_back({"user", prompt});
-        ids = tok::encode_chat(model->tokenizer(), tmpl, msgs, true, bos, special_in_prompt);
+        for (const tok::ChatSegment& c : tok::chat_template_segments(tmpl, msgs, true)) {
+          segs.push_back({c.text, c.markup, c.markup || special_in_prompt});
+        }
       }
     } else {
       if (!raw && !system_prompt.empty()) {
@@ -221,7 +290,23 @@ int run_main(int argc, char** argv) {
       }
       // A raw prompt is the caller's own; tools, if any, go before it.
       if (!tools_text.empty()) prompt = tools_text + "\n\n" + prompt;
-      ids = model->tokenizer().encode(prompt, bos, true);
+      segs.push_back({prompt, false, true});
+    }
+    std::vector<int32_t> ids;
+    if (projector) {
+      // Text before the image, the image's rows, then the text after it as the prompt.
+      std::vector<Piece> before, after;
+      split_at_image(segs, &before, &after);
+      session.eval(encode_pieces(model->tokenizer(), before, bos));
+      const int32_t n = projector->eval_image(
+          session, {image.rgb.data(), image.width, image.height, 3 * (size_t)image.width});
+      if (!quiet) {
+        std::fprintf(stderr, "[lilims] image: %dx%d, %d positions, encoded in %.1f ms\n", image.width,
+                     image.height, n, projector->last_encode_seconds() * 1e3);
+      }
+      ids = encode_pieces(model->tokenizer(), after, false);
+    } else {
+      ids = encode_pieces(model->tokenizer(), segs, bos);
     }
     // A JSON value is printed only once it is complete, so a failure never
     // leaves half a value on stdout.
@@ -234,7 +319,7 @@ int run_main(int argc, char** argv) {
     }
     if (gen.max_tokens == 0) {
       if (constrained) return cli::fail("run", "-n 0 leaves no room for a JSON value");
-      if (!save_state.empty()) {
+      if (!save_state.empty() || projector) {
         session.eval(ids);
         save();
       }

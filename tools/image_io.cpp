@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 
 #include <jpeglib.h>
 #include <png.h>
@@ -83,6 +84,40 @@ void jpeg_message(j_common_ptr cinfo, int level) {
   if (level < 0) jpeg_fail(cinfo);  // a warning; trace messages (level >= 0) are ignored
 }
 
+enum class JpegOutcome { decoded, failed, bad_size, cmyk };
+
+// The part of the decoding a libjpeg error may jump out of.  It keeps no
+// automatic object that changes after setjmp (their values would be
+// indeterminate after the jump) and none with a destructor the jump would
+// skip: the pixels go to *out, on the heap.
+JpegOutcome run_jpeg(jpeg_decompress_struct* cinfo, JpegError* err, const uint8_t* data, size_t size,
+                     DecodedImage* out) {
+  if (setjmp(err->jump)) return JpegOutcome::failed;
+  jpeg_create_decompress(cinfo);
+  jpeg_mem_src(cinfo, data, (unsigned long)size);
+  jpeg_read_header(cinfo, TRUE);
+  if (cinfo->image_width == 0 || cinfo->image_height == 0 ||
+      cinfo->image_width > (JDIMENSION)models::kMaxImageSide ||
+      cinfo->image_height > (JDIMENSION)models::kMaxImageSide ||
+      (uint64_t)cinfo->image_width * cinfo->image_height > (uint64_t)models::kMaxImagePixels) {
+    return JpegOutcome::bad_size;
+  }
+  if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK) {
+    return JpegOutcome::cmyk;
+  }
+  cinfo->out_color_space = JCS_RGB;
+  jpeg_start_decompress(cinfo);
+  out->width = (int)cinfo->output_width;
+  out->height = (int)cinfo->output_height;
+  out->rgb.resize((size_t)out->width * out->height * 3);
+  while (cinfo->output_scanline < cinfo->output_height) {
+    JSAMPROW row = out->rgb.data() + (size_t)cinfo->output_scanline * out->width * 3;
+    jpeg_read_scanlines(cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(cinfo);
+  return JpegOutcome::decoded;
+}
+
 DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name) {
   jpeg_decompress_struct cinfo;
   JpegError err;
@@ -90,45 +125,22 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
   err.mgr.error_exit = jpeg_fail;
   err.mgr.emit_message = jpeg_message;
   err.message[0] = '\0';
-  // Everything that must be freed after a jump lives outside this frame's
-  // automatic C++ objects: the jump skips no destructor.
-  DecodedImage* out = new DecodedImage;
-  std::string problem;
-  lilims_status status = LILIMS_ERR_BAD_FORMAT;
-  if (setjmp(err.jump)) {
-    problem = std::string("bad JPEG: ") + err.message;
-  } else {
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)size);
-    jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.image_width == 0 || cinfo.image_height == 0 ||
-        cinfo.image_width > (JDIMENSION)models::kMaxImageSide ||
-        cinfo.image_height > (JDIMENSION)models::kMaxImageSide ||
-        (uint64_t)cinfo.image_width * cinfo.image_height > (uint64_t)models::kMaxImagePixels) {
-      problem = "size";
-    } else if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-      problem = "CMYK JPEG images are not supported";
-      status = LILIMS_ERR_UNSUPPORTED;
-    } else {
-      cinfo.out_color_space = JCS_RGB;
-      jpeg_start_decompress(&cinfo);
-      out->width = (int)cinfo.output_width;
-      out->height = (int)cinfo.output_height;
-      out->rgb.resize((size_t)out->width * out->height * 3);
-      while (cinfo.output_scanline < cinfo.output_height) {
-        JSAMPROW row = out->rgb.data() + (size_t)cinfo.output_scanline * out->width * 3;
-        jpeg_read_scanlines(&cinfo, &row, 1);
-      }
-      jpeg_finish_decompress(&cinfo);
-    }
-  }
+  auto out = std::make_unique<DecodedImage>();
+  const JpegOutcome outcome = run_jpeg(&cinfo, &err, data, size, out.get());
   const uint64_t w = cinfo.image_width, h = cinfo.image_height;
   jpeg_destroy_decompress(&cinfo);
-  DecodedImage result = std::move(*out);
-  delete out;
-  if (problem == "size") check_size(w, h, name);
-  if (!problem.empty()) fail(status, name, problem);
-  return result;
+  switch (outcome) {
+    case JpegOutcome::decoded:
+      return std::move(*out);
+    case JpegOutcome::failed:
+      fail(LILIMS_ERR_BAD_FORMAT, name, std::string("bad JPEG: ") + err.message);
+    case JpegOutcome::bad_size:
+      check_size(w, h, name);
+      break;
+    case JpegOutcome::cmyk:
+      fail(LILIMS_ERR_UNSUPPORTED, name, "CMYK JPEG images are not supported");
+  }
+  fail(LILIMS_ERR_INTERNAL, name, "JPEG size check passed a refused size");
 }
 
 }  // namespace

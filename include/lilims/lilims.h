@@ -552,6 +552,39 @@ lilims_status lilims_tools_prompt(const lilims_tool *tools, size_t n_tools, char
  * arriving as the call finishes is dropped with it. */
 void lilims_session_cancel(lilims_session *session);
 
+/* Images (LLaVA-style vision).  A lilims_mmproj is a multimodal projector
+ * file as llama.cpp's tools write it (a CLIP vision tower and a LLaVA
+ * projector: general.architecture "clip", v.* / mm.* tensors) for the text
+ * model it was made with.  It may be shared by sessions on several threads
+ * (calls using it run one at a time). */
+typedef struct lilims_mmproj lilims_mmproj;
+
+/* Opens and maps the projector file.  LILIMS_ERR_IO / BAD_FORMAT /
+ * UNSUPPORTED / MISSING as lilims_model_open. */
+lilims_status lilims_mmproj_open(const char *path, lilims_mmproj **out);
+void lilims_mmproj_free(lilims_mmproj *mmproj);
+
+/* Evaluates an image after the session's tokens: RGB8 pixels (row y starts
+ * at rgb + y * stride, pixel x at + 3 * x, bytes R, G, B) are resized and
+ * cropped as CLIP's processor does, encoded, and their embedding rows run as
+ * a prefill block at the next positions.  *out_n_positions (if not NULL)
+ * gets the positions the image took.  Put the text before the image in the
+ * session first (lilims_session_eval or lilims_generate with max_tokens 0),
+ * and continue with lilims_generate and the text after it.
+ * LILIMS_ERR_INVALID_ARGUMENT for NULL pointers, a zero or too large size
+ * (a side above 16384 or more than 2^26 pixels), a stride below 3 * width, or
+ * a projector whose output width is not the model's embedding width;
+ * LILIMS_ERR_CONTEXT_FULL (nothing evaluated) when the image does not fit.
+ * A session holding an image cannot save its state (LILIMS_ERR_UNSUPPORTED),
+ * and a context shift may not move it (keep it within n_keep). */
+lilims_status lilims_session_eval_image(lilims_session *session, lilims_mmproj *mmproj,
+                                        const uint8_t *rgb, int32_t width, int32_t height,
+                                        size_t stride, int32_t *out_n_positions);
+
+/* Seconds the projector spent preprocessing and encoding the last image it
+ * handled (0 before any). */
+double lilims_mmproj_last_encode_seconds(const lilims_mmproj *mmproj);
+
 #ifdef __cplusplus
 }
 #endif
