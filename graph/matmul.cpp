@@ -4,23 +4,24 @@
 
 #include "kernels/ref/matmul_ref.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 
 namespace lilims::graph {
 
 using kernels::PackedWeight;
 
-// Row chunks are multiples of 4 (one interleaved group).  Decode: at least
+// Row chunks are multiples of the layout's group (4 or 16 rows).  Decode: at least
 // 4 chunks per thread and at most ~128 KiB of weights per chunk, so a thread
 // the OS deschedules (a noisy neighbour) holds up at most one small chunk
 // while the others take the rest.  Prefill: 32-row chunks x 64-token
 // chunks, so a task's weights (32 x K) and activations (64 x K) stay in L2
 // while it runs.
-MatmulSplit matmul_split(int64_t rows, size_t row_bytes, int64_t n, int threads) {
+MatmulSplit matmul_split(int64_t rows, size_t row_bytes, int64_t n, int threads, int group) {
   MatmulSplit s;
   if (n <= 4) {
     s.row_chunk = (rows + 4 * threads - 1) / (4 * threads);
     s.row_chunk = std::min<int64_t>(s.row_chunk, (int64_t)((128u << 10) / std::max<size_t>(1, row_bytes)));
-    s.row_chunk = std::max<int64_t>(16, (s.row_chunk + 3) / 4 * 4);
+    s.row_chunk = std::max<int64_t>(16, (s.row_chunk + group - 1) / group * group);
     s.tok_chunk = n;
   } else {
     s.row_chunk = 32;
@@ -35,8 +36,9 @@ MatmulStep matmul_step(kernels::Isa isa, bool oracle, const PackedWeight& W, int
                        int threads) {
   MatmulStep s;
   const size_t rb = quant::row_bytes(W.type, W.cols);
-  s.decode = matmul_split(W.rows, rb, 1, threads);
-  s.batch = matmul_split(W.rows, rb, n_batch, threads);
+  const int group = quant::layout_group_rows(W.layout);
+  s.decode = matmul_split(W.rows, rb, 1, threads, group);
+  s.batch = matmul_split(W.rows, rb, n_batch, threads, group);
   if (oracle) return s;
   s.kern = &kernels::select_matmul_kernel(isa, W.type, W.layout);
   s.quant = kernels::select_quantize_kernel(isa, W.type);
@@ -78,7 +80,8 @@ void run_matmul(const MatmulStep& step, const PackedWeight& W, const float* X, i
     s = step.batch;
     s.n_tok_chunks = (n + s.tok_chunk - 1) / s.tok_chunk;
   } else {
-    s = matmul_split(W.rows, quant::row_bytes(W.type, W.cols), n, pool.size());
+    s = matmul_split(W.rows, quant::row_bytes(W.type, W.cols), n, pool.size(),
+                     quant::layout_group_rows(W.layout));
   }
   const auto* ab = static_cast<const uint8_t*>(a);
   const kernels::MatmulKernelFn fn = step.kern->fn;

@@ -18,7 +18,8 @@ namespace lilims::graph {
 struct MatmulSplit {
   int64_t row_chunk = 0, tok_chunk = 0, n_row_chunks = 0, n_tok_chunks = 0;
 };
-MatmulSplit matmul_split(int64_t rows, size_t row_bytes, int64_t n, int threads);
+// group: the weight layout's rows per group (row chunks are multiples of it).
+MatmulSplit matmul_split(int64_t rows, size_t row_bytes, int64_t n, int threads, int group);
 
 struct MatmulStep {
   const kernels::MatmulKernel* kern = nullptr;    // null: the fp32 oracle

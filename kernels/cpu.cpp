@@ -34,14 +34,18 @@ CpuFeatures detect() {
   if (__get_cpuid(1, &a, &b, &c, &d)) {
     const bool fma = c & (1u << 12), f16c = c & (1u << 29), osxsave = c & (1u << 27),
                avx = c & (1u << 28);
-    bool ymm_enabled = false;
+    bool ymm_enabled = false, zmm_enabled = false;
     if (osxsave) {
       unsigned lo, hi;
       __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
       ymm_enabled = (lo & 6u) == 6u;
+      zmm_enabled = (lo & 0xe6u) == 0xe6u;  // + opmask, ZMM_Hi256, Hi16_ZMM
     }
     if (avx && fma && f16c && ymm_enabled && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
       f.avx2 = b & (1u << 5);
+      const bool f512 = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31),
+                 vnni = c & (1u << 11);
+      f.avx512vnni = f.avx2 && zmm_enabled && f512 && bw && vl && vnni;
     }
   }
 #elif defined(__aarch64__)
@@ -71,6 +75,7 @@ Isa choose() {
   if (const char* forced = std::getenv("LILIMS_ISA")) {
     if (std::strcmp(forced, "ref") == 0) return Isa::ref;
     if (std::strcmp(forced, "avx2") == 0 && best == Isa::avx2) return Isa::avx2;
+    if (std::strcmp(forced, "avx512vnni") == 0 && best == Isa::avx2 && f.avx512vnni) return Isa::avx2;
     if (std::strcmp(forced, "neon") == 0 && best == Isa::neon) return Isa::neon;
     return Isa::ref;  // asked for a path this build or CPU cannot run
   }
@@ -87,6 +92,24 @@ const CpuFeatures& cpu_features() {
 Isa active_isa() {
   static const Isa isa = choose();
   return isa;
+}
+
+bool vnni_enabled() {
+  static const bool on = [] {
+#if defined(LILIMS_HAVE_AVX512VNNI)
+    const char* forced = std::getenv("LILIMS_ISA");
+    return active_isa() == Isa::avx2 && cpu_features().avx512vnni &&
+           !(forced && std::strcmp(forced, "avx2") == 0);
+#else
+    return false;
+#endif
+  }();
+  return on;
+}
+
+const char* kernel_path_name() {
+  if (vnni_enabled()) return "avx2+avx512vnni";
+  return isa_name(active_isa());
 }
 
 const char* isa_name(Isa isa) {

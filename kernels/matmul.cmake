@@ -7,6 +7,8 @@ list(APPEND LILIMS_AVX2_SOURCES
   x86/matmul_gemm_x4_avx2.cpp
   x86/matmul_f32_gemm_avx2.cpp
   x86/quantize_q8_avx2.cpp)
+list(APPEND LILIMS_AVX512VNNI_SOURCES
+  x86/matmul_gemm_x16_avx512vnni.cpp)
 list(APPEND LILIMS_NEON_SOURCES
   arm/matmul_gemm_x4_neon.cpp
   arm/matmul_f32_gemm_neon.cpp

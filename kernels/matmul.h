@@ -4,7 +4,9 @@
 // repacked at load (quant/repack.h) into kLayoutX4: groups of 4 rows whose
 // blocks sit side by side, quants interleaved 8 bytes per row, so one 32-byte
 // AVX2 register or one 16-byte NEON register holds 2-4 rows of one column
-// chunk and needs no shuffle.  Activations are quantized on the fly to Q8_0
+// chunk and needs no shuffle; or, where the AVX-512 VNNI kernels run, into
+// kLayoutX16: groups of 16 rows, quants interleaved 4 bytes per row, one
+// row per 32-bit lane of a 64-byte register.  Activations are quantized on the fly to Q8_0
 // (for Q8_0/Q4_0 weights) or Q8_1 (for Q4_1), once per matmul.
 //
 // Every kernel is listed once in kernels/matmul_kernels.inc; that list feeds
@@ -17,23 +19,26 @@
 
 #include "kernels/cpu.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 
 namespace lilims::kernels {
 
-constexpr int kLayoutGguf = 0;  // GGUF row-major blocks
-constexpr int kLayoutX4 = 1;    // 4-row interleaved groups (quant/repack.h)
+constexpr int kLayoutGguf = quant::kLayoutGguf;  // GGUF row-major blocks
+constexpr int kLayoutX4 = quant::kLayoutX4;      // 4-row interleaved groups (quant/repack.h)
+constexpr int kLayoutX16 = quant::kLayoutX16;    // 16-row interleaved groups (quant/repack.h)
 
 struct PackedWeight {  // a weight matrix ready for the kernels
   quant::Type type;
   int64_t rows = 0, cols = 0;    // y = W x: rows outputs, cols (=K) inputs
   const void* data = nullptr;    // GGUF layout (into the mapping) or into `storage` when repacked
-  int layout = 0;                // kLayoutGguf or kLayoutX4
+  int layout = 0;                // kLayoutGguf, kLayoutX4 or kLayoutX16
   std::vector<uint8_t> storage;  // owned repacked bytes (empty when not repacked)
 };
 
 // Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
-// repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref)
-// a row-major GGUF matrix.  `data` must outlive the result when not repacked.
+// repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref;
+// into kLayoutX16 when vnni_enabled(), else kLayoutX4) a row-major GGUF
+// matrix.  `data` must outlive the result when not repacked.
 // cols must be a multiple of 32 for the block types.  Throws lilims::Error.
 //
 // When repacking, source_done (if set) is told about each slice of the source
@@ -48,8 +53,8 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
 
 // --- kernels -------------------------------------------------------------
 
-// The CPU feature a kernel needs beyond its Isa (aarch64 only).
-enum class Feature { none, avx2, neon, dotprod, i8mm };
+// The CPU feature a kernel needs beyond its Isa.
+enum class Feature { none, avx2, avx512vnni, neon, dotprod, i8mm };
 bool feature_available(Feature f);
 
 // Activation format a weight type is multiplied with (quant::traits(weight
@@ -66,7 +71,8 @@ using QuantizeRowFn = void (*)(const float* x, void* y, int64_t k);
 
 // Y[j * ldy + r] = dot(row r of W, activation row j), for r in [r0, r1) and
 // j in [0, n).  x: n activation rows of x_stride bytes (act_type(W.type)).
-// r0 must be a multiple of 4 for kLayoutX4; r1 <= W.rows (a partial group at
+// r0 must be a multiple of the layout's group (4 for kLayoutX4, 16 for
+// kLayoutX16); r1 <= W.rows (a partial group at
 // the end is handled: its padding rows are read, never written).
 using MatmulKernelFn = void (*)(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
                                 size_t x_stride, int64_t n, float* y, int64_t ldy);
@@ -91,6 +97,9 @@ struct QuantizeKernel {
 // Every kernel this build contains (runnable or not on this CPU).
 const std::vector<MatmulKernel>& matmul_kernels();
 const std::vector<QuantizeKernel>& quantize_kernels();
+
+// The layout pack_weight repacks a type into (kLayoutGguf when it does not).
+int preferred_layout(quant::Type type);
 
 // The best kernel of a path for a weight (type, layout) on this CPU; falls
 // back to the ref kernel, which reads every layout.

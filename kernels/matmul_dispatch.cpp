@@ -49,6 +49,7 @@ bool feature_available(Feature f) {
   switch (f) {
     case Feature::none: return true;
     case Feature::avx2: return c.avx2;
+    case Feature::avx512vnni: return c.avx512vnni;
     case Feature::neon: return c.neon;
     case Feature::dotprod: return c.neon && c.dotprod;
     case Feature::i8mm: return c.neon && c.dotprod && c.i8mm;
@@ -98,6 +99,11 @@ const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
   return pick(quantize_kernels(), isa, [&](const QuantizeKernel& q) { return q.type == a; });
 }
 
+int preferred_layout(quant::Type type) {
+  if (!quant::repackable_x4(type) || active_isa() == Isa::ref) return kLayoutGguf;
+  return vnni_enabled() ? kLayoutX16 : kLayoutX4;
+}
+
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
                          bool allow_repack, SourceDone source_done) {
   const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
@@ -116,20 +122,22 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
   w.cols = cols;
   w.data = data;
   w.layout = kLayoutGguf;
-  if (allow_repack && quant::repackable_x4(type) && active_isa() != Isa::ref) {
-    w.storage.resize(quant::repacked_bytes_x4(type, rows, cols));
-    // Slices of whole 4-row groups: each lands at its groups' offset.
+  const int layout = allow_repack ? preferred_layout(type) : kLayoutGguf;
+  if (layout != kLayoutGguf) {
+    w.storage.resize(quant::repacked_bytes(type, layout, rows, cols));
+    // Slices of whole groups: each lands at its groups' offset.
     constexpr int64_t kSlice = 1024;
+    const int64_t group = quant::layout_group_rows(layout);
     const size_t src_row = quant::row_bytes(type, cols);
-    const size_t dst_group = quant::repacked_bytes_x4(type, 4, cols);
+    const size_t dst_group = quant::repacked_bytes(type, layout, group, cols);
     for (int64_t r0 = 0; r0 < rows; r0 += kSlice) {
       const int64_t n = std::min(kSlice, rows - r0);
       const uint8_t* src = static_cast<const uint8_t*>(data) + (size_t)r0 * src_row;
-      quant::repack_x4(type, src, n, cols, w.storage.data() + (size_t)(r0 / 4) * dst_group);
+      quant::repack(type, layout, src, n, cols, w.storage.data() + (size_t)(r0 / group) * dst_group);
       if (source_done.fn) source_done.fn(source_done.user, src, (size_t)n * src_row);
     }
     w.data = w.storage.data();
-    w.layout = kLayoutX4;
+    w.layout = layout;
   }
   return w;
 }

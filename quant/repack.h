@@ -1,23 +1,31 @@
-// Weight repacking at load: GGUF row-major blocks -> 4-row interleaved
-// groups (kernels::kLayoutX4).  The GGUF bytes are never modified.
+// Weight repacking at load: GGUF row-major blocks -> row-interleaved groups
+// (kernels::PackedWeight::layout).  The GGUF bytes are never modified.
 //
-// Layout: rows are taken 4 at a time (group g = rows 4g..4g+3); the groups
-// follow each other, and inside a group the K/32 block columns follow each
-// other, so a kernel streams one group with one pointer.  One block column
-// of a group holds the 4 rows' scales side by side, then their quants in
-// 8-byte chunks, chunk-major: chunk c of row r at qs[(c * 4 + r) * 8].
-//   Q8_0: chunk c = elements 8c..8c+7 (4 chunks).
-//   Q4_0/Q4_1: chunk c = packed bytes 8c..8c+7 of the GGUF block, i.e.
-//     elements 8c..8c+7 in the low nibbles and 16+8c..16+8c+7 in the high.
-// A 32-byte load thus holds one chunk of all 4 rows (AVX2), a 16-byte load
-// one chunk of 2 rows (NEON; exactly an SMMLA operand).  When rows % 4 != 0
-// the last group is padded with zero blocks (scale 0), which kernels read
-// but never write out.
-//   On aarch64 builds Q4_0 quant bytes are stored XOR kQ4_0X4Xor (0x88):
-// each nibble q becomes the 4-bit two's complement of q - 8, so the NEON
-// kernels get 16 * (q - 8) with one shift (low nibbles) or one mask (high)
-// and a signed shift gives q - 8 itself.  Elsewhere the bytes are GGUF's
-// (kQ4_0X4Xor = 0).  block_from_x4 undoes it; nothing else reads the bytes.
+// Layouts: rows are taken G at a time (group g = rows G*g..G*g+G-1); the
+// groups follow each other, and inside a group the K/32 block columns follow
+// each other, so a kernel streams one group with one pointer.  One block
+// column of a group holds the G rows' scales side by side (d[G], then m[G]
+// for Q4_1), then their quants in C-byte chunks, chunk-major: chunk c of row
+// r at qs[(c * G + r) * C].
+//   Q8_0: chunk c = elements C*c..C*c+C-1.
+//   Q4_0/Q4_1: chunk c = packed bytes C*c..C*c+C-1 of the GGUF block, i.e.
+//     elements C*c.. in the low nibbles and 16+C*c.. in the high.
+// When rows % G != 0 the last group is padded with zero blocks (scale 0),
+// which kernels read but never write out.
+//
+// kLayoutX4: G = 4, C = 8.  A 32-byte load holds one chunk of all 4 rows
+//   (AVX2), a 16-byte load one chunk of 2 rows (NEON; exactly an SMMLA
+//   operand).  On aarch64 builds Q4_0 quant bytes are stored XOR kQ4_0X4Xor
+//   (0x88): each nibble q becomes the 4-bit two's complement of q - 8, so
+//   the NEON kernels get 16 * (q - 8) with one shift (low nibbles) or one
+//   mask (high) and a signed shift gives q - 8 itself.  Elsewhere the bytes
+//   are GGUF's (kQ4_0X4Xor = 0).
+// kLayoutX16: G = 16, C = 4.  A 64-byte load holds one chunk of all 16 rows,
+//   one row per 32-bit lane, so an unsigned x signed 4-byte dot product
+//   (AVX-512 VNNI vpdpbusd) against 4 activation bytes broadcast to every
+//   lane gives 16 rows at once.  Q8_0 quant bytes are stored XOR 0x80
+//   (q + 128, unsigned); Q4 bytes are GGUF's.
+// block_from_packed undoes the XORs; nothing else reads the bytes.
 #pragma once
 
 #include <cstddef>
@@ -27,11 +35,16 @@
 
 namespace lilims::quant {
 
+constexpr int kLayoutGguf = 0;  // GGUF row-major blocks
+constexpr int kLayoutX4 = 1;    // 4-row groups, 8-byte chunks
+constexpr int kLayoutX16 = 2;   // 16-row groups, 4-byte chunks
+
 #if defined(__aarch64__)
 constexpr uint8_t kQ4_0X4Xor = 0x88;
 #else
 constexpr uint8_t kQ4_0X4Xor = 0x00;
 #endif
+constexpr uint8_t kQ8_0X16Xor = 0x80;
 
 struct BlockQ8_0x4 {
   uint16_t d[4];      // fp16 scales of rows 0..3
@@ -52,18 +65,40 @@ struct BlockQ4_1x4 {
 };
 static_assert(sizeof(BlockQ4_1x4) == 80, "Q4_1x4 block is 80 bytes");
 
-// True for the types repack_x4 handles (traits(type).repack == Repack::x4:
-// Q8_0, Q4_0, Q4_1).  A group's block column is 4 * block_bytes: the rows'
-// scale_bytes side by side, then their quants.
+struct BlockQ8_0x16 {
+  uint16_t d[16];
+  uint8_t qs[16 * 32];  // (chunk 8, row 16, 4 bytes), q + 128
+};
+static_assert(sizeof(BlockQ8_0x16) == 544, "Q8_0x16 block is 544 bytes");
+
+struct BlockQ4_0x16 {
+  uint16_t d[16];
+  uint8_t qs[16 * 16];  // (chunk 4, row 16, 4 bytes)
+};
+static_assert(sizeof(BlockQ4_0x16) == 288, "Q4_0x16 block is 288 bytes");
+
+struct BlockQ4_1x16 {
+  uint16_t d[16];
+  uint16_t m[16];
+  uint8_t qs[16 * 16];  // (chunk 4, row 16, 4 bytes)
+};
+static_assert(sizeof(BlockQ4_1x16) == 320, "Q4_1x16 block is 320 bytes");
+
+// True for the types the interleaved layouts hold (traits(type).repack ==
+// Repack::x4: Q8_0, Q4_0, Q4_1).
 bool repackable_x4(Type type);
-// Bytes of the repacked matrix (rows rounded up to a multiple of 4); 0 for a
-// type that is not repacked.
-size_t repacked_bytes_x4(Type type, int64_t rows, int64_t cols);
-// src: rows x cols GGUF row-major; dst: repacked_bytes_x4 bytes.
-void repack_x4(Type type, const void* src, int64_t rows, int64_t cols, void* dst);
+// Rows per group of a layout: 1 (GGUF), 4, 16.
+int layout_group_rows(int layout);
+// Bytes of the repacked matrix (rows rounded up to a multiple of G); 0 for a
+// type that is not repacked or kLayoutGguf.  A group's block column is
+// G * block_bytes.
+size_t repacked_bytes(Type type, int layout, int64_t rows, int64_t cols);
+// src: rows x cols GGUF row-major; dst: repacked_bytes bytes.
+void repack(Type type, int layout, const void* src, int64_t rows, int64_t cols, void* dst);
 // The GGUF block (BlockQ8_0 / BlockQ4_0 / BlockQ4_1) of (row, block column b)
 // of a repacked matrix, copied into *out: the reference kernels read any
 // layout through this.
-void block_from_x4(Type type, const void* packed, int64_t cols, int64_t row, int64_t b, void* out);
+void block_from_packed(Type type, int layout, const void* packed, int64_t cols, int64_t row,
+                       int64_t b, void* out);
 
 }  // namespace lilims::quant

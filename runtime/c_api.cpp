@@ -225,7 +225,7 @@ const char* lilims_version_string(void) {
   static const std::string v = std::to_string(LILIMS_VERSION_MAJOR) + "." +
                                std::to_string(LILIMS_VERSION_MINOR) + "." +
                                std::to_string(LILIMS_VERSION_PATCH) + " (isa: " +
-                               lilims::kernels::isa_name(lilims::kernels::active_isa()) + ")";
+                               lilims::kernels::kernel_path_name() + ")";
   return v.c_str();
 }
 

@@ -237,7 +237,7 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       "\"load_ms\": %.3f, \"peak_rss_mb\": %.1f, \"n_params\": %llu, "
       "\"decode_weight_bytes\": %llu, \"kv_commit\": \"%s\", \"chunk_layers\": %d}\n",
       json_escape(model_path).c_str(), json_escape(model.name()).c_str(),
-      kernels::isa_name(kernels::active_isa()), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
+      kernels::kernel_path_name(), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
       r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
       r.tg.median, r.tg.min, r.tg.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, load_ms,
       r.peak_rss_mb, (unsigned long long)model.weights().n_params,
@@ -253,7 +253,7 @@ void print_table_header(const std::string& model_path, const runtime::Model& mod
               model_path.c_str(), model.name().empty() ? "unnamed" : model.name().c_str(),
               (double)m.n_params / 1e6, (double)decode_weight_bytes(m) / 1e6);
   std::printf("isa %s, load %.1f ms, %d runs per row after a warm-up, median [min-max]\n\n",
-              kernels::isa_name(kernels::active_isa()), load_ms, o.runs);
+              kernels::kernel_path_name(), load_ms, o.runs);
   std::printf("| threads | n_prompt | n_gen | prefill t/s median [min-max] | decode t/s median [min-max]  |"
               " ttft ms  | peak RSS MB | commit |\n");
   std::printf("|--------:|---------:|------:|------------------------------|------------------------------|"

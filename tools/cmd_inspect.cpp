@@ -114,11 +114,12 @@ int inspect_cpu() {
   const k::CpuFeatures& f = k::cpu_features();
   std::printf("cpu features:\n");
   std::printf("  avx2+fma+f16c  %s\n", f.avx2 ? "yes" : "no");
+  std::printf("  avx512 vnni    %s\n", f.avx512vnni ? "yes" : "no");
   std::printf("  neon           %s\n", f.neon ? "yes" : "no");
   std::printf("  dotprod        %s\n", f.dotprod ? "yes" : "no");
   std::printf("  i8mm           %s\n", f.i8mm ? "yes" : "no");
   const char* forced = std::getenv("LILIMS_ISA");
-  std::printf("kernel path: %s%s%s\n", k::isa_name(k::active_isa()),
+  std::printf("kernel path: %s%s%s\n", k::kernel_path_name(),
               forced ? " (LILIMS_ISA=" : "", forced ? (std::string(forced) + ")").c_str() : "");
   return 0;
 }

@@ -238,7 +238,7 @@ void print_stats(FILE* out, const runtime::GenerateResult& r, const runtime::Ses
                r.n_prompt_tokens - r.n_reused_tokens, r.prompt_seconds,
                r.prompt_tokens_per_second(), n, r.generate_seconds,
                r.decode_tokens_per_second(),
-               s.n_threads(), kernels::isa_name(kernels::active_isa()));
+               s.n_threads(), kernels::kernel_path_name());
   if (r.mask_seconds > 0) {
     std::fprintf(out, "[lilims] schema masks: %.3f s (%.1f us per token)\n", r.mask_seconds,
                  n > 0 ? 1e6 * r.mask_seconds / n : 0.0);

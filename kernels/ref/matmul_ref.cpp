@@ -20,8 +20,8 @@ using quant::kBlock;
 template <class Block>
 Block weight_block(const PackedWeight& W, int64_t r, int64_t b) {
   Block out;
-  if (W.layout == kLayoutX4) {
-    quant::block_from_x4(W.type, W.data, W.cols, r, b, &out);
+  if (W.layout != kLayoutGguf) {
+    quant::block_from_packed(W.type, W.layout, W.data, W.cols, r, b, &out);
   } else {
     const uint8_t* row = static_cast<const uint8_t*>(W.data) + (size_t)r * (W.cols / kBlock) * sizeof(Block);
     std::memcpy(&out, row + (size_t)b * sizeof(Block), sizeof(Block));
@@ -155,9 +155,9 @@ void matmul_dequant_f32__ref(const PackedWeight& W, int64_t r0, int64_t r1, cons
   std::vector<float> row(K);  // (K) the dequantized weight row
   std::vector<uint8_t> blk(t->block_bytes);
   for (int64_t r = r0; r < r1; ++r) {
-    if (W.layout == kLayoutX4) {
+    if (W.layout != kLayoutGguf) {
       for (int64_t b = 0; b < K / kBlock; ++b) {
-        quant::block_from_x4(W.type, W.data, K, r, b, blk.data());
+        quant::block_from_packed(W.type, W.layout, W.data, K, r, b, blk.data());
         t->to_float(blk.data(), row.data() + b * kBlock, kBlock);
       }
     } else {

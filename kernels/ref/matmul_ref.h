@@ -1,7 +1,7 @@
 // Scalar reference matmul kernels: the oracle for every SIMD variant.
 // Signature and contract: kernels::MatmulKernelFn (kernels/matmul.h).  They
-// read either weight layout (GGUF or 4-row interleaved, via
-// quant::block_from_x4) and any r0/r1.
+// read any weight layout (GGUF or 4- / 16-row interleaved, via
+// quant::block_from_packed) and any r0/r1.
 //
 // Per output, blocks b = 0..K/32-1 are accumulated in order, in fp32:
 //   Q8_0 x Q8_0, Q4_0 x Q8_0:  y += (dw_b * da_b) * float(sumi_b)

@@ -27,9 +27,9 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/x86/token_chunks.h"
 #include "quant/repack.h"
 
 namespace lilims::kernels {
@@ -253,29 +253,16 @@ void gemm_x4(const PackedWeight& W, int64_t r0, int64_t r1, const void* x, size_
   const int64_t nb = W.cols / quant::kBlock;
   const Blk* base = static_cast<const Blk*>(W.data);
   const uint8_t* xb = static_cast<const uint8_t*>(x);
-  // The ActInfo table of a token chunk lives on the stack (32 KiB); a
-  // chunk is as many tokens as fit (a multiple of 4 when it can be), so
-  // a chunk's weights are re-read from L2 only for very long rows.
-  constexpr int64_t kInfo = 4096;
-  ActInfo stack_info[kInfo];
-  std::vector<ActInfo> heap_info;
-  ActInfo* info = stack_info;
-  int64_t chunk = kInfo / nb;
-  if (chunk == 0) {  // K > 131072: one token at a time, on the heap
-    heap_info.resize(nb);
-    info = heap_info.data();
-    chunk = 1;
-  }
-  if (chunk >= 4) chunk &= ~int64_t{3};
-  for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-    const int64_t m = n - j0 < chunk ? n - j0 : chunk;
+  const auto decode = [&](int64_t j0, int64_t m, ActInfo* info) {
+    act_info<WT>(xb + j0 * x_stride, x_stride, m, nb, info);
+  };
+  for_token_chunks<ActInfo>(n, nb, 4, decode, [&](int64_t j0, int64_t m, const ActInfo* info) {
     const uint8_t* xc = xb + j0 * x_stride;
     float* yc = y + j0 * ldy;
-    act_info<WT>(xc, x_stride, m, nb, info);
     switch (m) {
-      case 1: rows_x_tokens<WT, 1>(base, nb, r0, r1, xc, x_stride, info, yc, ldy); continue;
-      case 2: rows_x_tokens<WT, 2>(base, nb, r0, r1, xc, x_stride, info, yc, ldy); continue;
-      case 3: rows_x_tokens<WT, 3>(base, nb, r0, r1, xc, x_stride, info, yc, ldy); continue;
+      case 1: rows_x_tokens<WT, 1>(base, nb, r0, r1, xc, x_stride, info, yc, ldy); return;
+      case 2: rows_x_tokens<WT, 2>(base, nb, r0, r1, xc, x_stride, info, yc, ldy); return;
+      case 3: rows_x_tokens<WT, 3>(base, nb, r0, r1, xc, x_stride, info, yc, ldy); return;
       default: break;
     }
     for (int64_t row0 = r0; row0 < r1; row0 += 4) {
@@ -294,7 +281,7 @@ void gemm_x4(const PackedWeight& W, int64_t r0, int64_t r1, const void* x, size_
         default: break;
       }
     }
-  }
+  });
 }
 
 }  // namespace

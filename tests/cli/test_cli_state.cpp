@@ -84,26 +84,34 @@ TEST(CliState, BadStatesAreErrors) {
 // conversation: the same output as the whole conversation given at once,
 // written out from the template by hand (SmolLM2's chatml with its default
 // system turn; the first answer as the first run printed it).
+//   On the scalar path (--exec ref): the fast path's attention sums a
+// decode step's scores in another order than a prompt's, so the loaded
+// conversation (its answer decoded token by token) and the whole one
+// (evaluated as one prompt) differ by rounding, which a greedy near-tie can
+// turn into another word; the scalar path computes every query row the same
+// way however the tokens arrive.
 TEST(CliState, ChatTurnContinuesTheLoadedConversation) {
   LILIMS_REQUIRE_FILE(smollm2_path(), kSmolFrom);
   const std::string state = tmp_path("chat.state");
   const Result a = run_ok({"run", "-m", smollm2_path(), "-p", "What is the capital of France?",
-                           "-n", "24", "--temp", "0", "-t", "2", "-q", "--save-state", state});
+                           "-n", "12", "--temp", "0", "-t", "2", "-q", "--exec", "ref",
+                           "--save-state", state});
   ASSERT_FALSE(a.out.empty());
   const std::string answer = a.out.substr(0, a.out.size() - 1);
-  const Result b = run_ok({"run", "-m", smollm2_path(), "-p", "And of Italy?", "-n", "16", "--temp",
-                           "0", "-t", "2", "-q", "--load-state", state});
+  const Result b = run_ok({"run", "-m", smollm2_path(), "-p", "And of Italy?", "-n", "8", "--temp",
+                           "0", "-t", "2", "-q", "--exec", "ref", "--load-state", state});
   const std::string whole =
       "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
       "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
       "<|im_start|>assistant\n" + answer + "<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n"
       "<|im_start|>assistant\n";
-  const Result c = run_ok({"run", "-m", smollm2_path(), "--raw", "-p", whole, "-n", "16", "--temp",
-                           "0", "-t", "2", "-q"});
+  const Result c = run_ok({"run", "-m", smollm2_path(), "--raw", "-p", whole, "-n", "8", "--temp",
+                           "0", "-t", "2", "-q", "--exec", "ref"});
   EXPECT_EQ(b.out, c.out) << b.describe() << c.describe();
   // A new system turn cannot join a loaded conversation: said, and ignored.
-  const Result d = run_ok({"run", "-m", smollm2_path(), "-p", "And of Italy?", "-n", "16", "--temp",
-                           "0", "-t", "2", "-q", "--load-state", state, "--system", "Be terse."});
+  const Result d = run_ok({"run", "-m", smollm2_path(), "-p", "And of Italy?", "-n", "8", "--temp",
+                           "0", "-t", "2", "-q", "--exec", "ref", "--load-state", state,
+                           "--system", "Be terse."});
   EXPECT_EQ(d.out, b.out);
   EXPECT_NE(d.err.find("is the loaded one"), std::string::npos) << d.err;
 }

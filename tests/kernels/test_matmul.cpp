@@ -32,7 +32,7 @@ struct Shape {
 
 // Edge shapes: K from one block to 8192 with odd block counts, token counts
 // 1, 2, 3, 7 (tails of the 4-token tiles), 64, 65, 512, rows not a multiple
-// of the 4-row interleave.
+// of the 4- or 16-row interleave.
 const Shape kShapes[] = {
     {1, 32, 1},   {3, 32, 2},    {4, 64, 3},    {5, 96, 7},    {13, 160, 1},  {7, 1056, 2},
     {9, 8192, 1}, {6, 8192, 3},  {67, 256, 64}, {17, 288, 65}, {10, 64, 512}, {4, 32, 4},
@@ -40,7 +40,10 @@ const Shape kShapes[] = {
     // Token passes of 16, 8 and < 4 over K in several chunks (the NEON
     // multi-token driver interleaves 1024 elements of K at a time and adds
     // later chunks into Y); 11 rows: 3 groups, the last partial.
-    {11, 2080, 27}, {12, 1056, 16}};
+    {11, 2080, 27}, {12, 1056, 16},
+    // 16-row groups (kLayoutX16) and the 8-token tiles of its kernels: a
+    // partial third group, whole groups, tails of 1 and 7 tokens.
+    {33, 544, 15}, {48, 1024, 9}, {16, 96, 8}};
 
 uint64_t case_seed(const Shape& s, int salt) {
   return test::base_seed() ^ (uint64_t)(s.rows * 1000003 + s.K * 1009 + s.n * 31 + salt);
@@ -74,9 +77,9 @@ TestWeight make_weight(Type t, const std::vector<uint8_t>& gguf, int64_t rows, i
                        int layout, size_t misalign) {
   TestWeight tw;
   std::vector<uint8_t> bytes = gguf;
-  if (layout == kernels::kLayoutX4) {
-    bytes.assign(quant::repacked_bytes_x4(t, rows, cols), 0);
-    quant::repack_x4(t, gguf.data(), rows, cols, bytes.data());
+  if (layout > kernels::kLayoutGguf) {
+    bytes.assign(quant::repacked_bytes(t, layout, rows, cols), 0);
+    quant::repack(t, layout, gguf.data(), rows, cols, bytes.data());
   }
   tw.buf.assign(bytes.size() + misalign, 0);
   std::memcpy(tw.buf.data() + misalign, bytes.data(), bytes.size());
@@ -182,12 +185,14 @@ TEST_P(matmul_kernel, MatchesRefWithinBound) {
   }
 }
 
-// A row range that starts inside the matrix (r0 multiple of 4) and ends
-// inside a group: only [r0, r1) may be written.
+// A row range that starts inside the matrix (r0 a multiple of the layout's
+// group) and ends inside a group: only [r0, r1) may be written.
 TEST_P(matmul_kernel, RowSubrange) {
   const MatmulKernel& k = kern();
   const Type wt = k.wtype;
-  const int64_t rows = 13, K = 96, n = 5, r0 = 4, r1 = 10;
+  const int64_t g = quant::layout_group_rows(k.layout < 0 ? 0 : k.layout);
+  const int64_t r0 = g == 1 ? 3 : g, r1 = r0 + g + (g == 1 ? 5 : g / 2);
+  const int64_t rows = r1 + 3 + g, K = 96, n = 11;
   std::mt19937_64 rng(test::base_seed() + 7);
   const std::vector<uint8_t> wg = test::random_weights(wt, rows, K, rng, {});
   const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), n, K, rng, {});
@@ -205,6 +210,29 @@ TEST_P(matmul_kernel, RowSubrange) {
         EXPECT_NEAR(yk[j * rows + r], yr[j * rows + r], 1e-4 * (1 + std::fabs(yr[j * rows + r])));
       }
     }
+  }
+}
+
+// A token's outputs do not depend on the other tokens of the call (the tile
+// it falls in, the tail, the token chunk): one call over n tokens equals n
+// calls of one token, bit for bit.  Saved sessions and continued prompts
+// rely on it: a prompt evaluated in two pieces gives the same logits.
+TEST_P(matmul_kernel, TokensAreIndependentOfTheBatch) {
+  const MatmulKernel& k = kern();
+  const Type wt = k.wtype;
+  for (const Shape& s : {Shape{33, 544, 23}, Shape{20, 4128, 9}, Shape{16, 64, 130}}) {
+    std::mt19937_64 rng(case_seed(s, 5));
+    const std::vector<uint8_t> wg = test::random_weights(wt, s.rows, s.K, rng, {});
+    const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), s.n, s.K, rng, {});
+    TestWeight tw = make_weight(wt, wg, s.rows, s.K, k.layout, 0);
+    const size_t st = kernels::act_row_bytes(wt, s.K);
+    std::vector<float> all(s.n * s.rows), one(s.n * s.rows);
+    k.fn(tw.w, 0, s.rows, ag.data(), st, s.n, all.data(), s.rows);
+    for (int64_t j = 0; j < s.n; ++j) {
+      k.fn(tw.w, 0, s.rows, ag.data() + j * st, st, 1, one.data() + j * s.rows, s.rows);
+    }
+    ASSERT_EQ(0, std::memcmp(all.data(), one.data(), all.size() * sizeof(float)))
+        << k.name << " rows=" << s.rows << " K=" << s.K << " n=" << s.n;
   }
 }
 
@@ -247,22 +275,56 @@ INSTANTIATE_TEST_SUITE_P(All, matmul_quantize_act,
 // --- repacking ------------------------------------------------------------
 
 TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
+  for (int layout : {kernels::kLayoutX4, kernels::kLayoutX16}) {
+    const int64_t G = quant::layout_group_rows(layout);
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+      for (int64_t rows : {1, 4, 6, 11, 16, 23, 33}) {
+        const int64_t K = 96;
+        std::mt19937_64 rng(test::base_seed() + rows);
+        const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
+        std::vector<uint8_t> p(quant::repacked_bytes(t, layout, rows, K));
+        quant::repack(t, layout, g.data(), rows, K, p.data());
+        // No overhead but the padding rows: a group block is G GGUF blocks.
+        EXPECT_EQ(p.size(), (size_t)((rows + G - 1) / G) * G * quant::row_bytes(t, K));
+        const size_t bb = test::block_bytes(t);
+        std::vector<uint8_t> blk(bb);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t b = 0; b < K / 32; ++b) {
+            quant::block_from_packed(t, layout, p.data(), K, r, b, blk.data());
+            ASSERT_EQ(0, std::memcmp(blk.data(), g.data() + (r * (K / 32) + b) * bb, bb))
+                << quant::type_traits((uint32_t)t)->name << " layout " << layout << " row " << r
+                << " block " << b;
+          }
+        }
+      }
+    }
+  }
+}
+
+// kLayoutX16: chunk c (4 bytes) of row r at qs[(c * 16 + r) * 4] after the
+// 16 rows' scales; Q8_0 bytes XOR 0x80 (q + 128), Q4 bytes as GGUF's.
+TEST(matmul_repack, X16BytesAreWhereTheKernelsLoadThem) {
   for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
-    for (int64_t rows : {1, 4, 6, 11}) {
-      const int64_t K = 96;
-      std::mt19937_64 rng(test::base_seed() + rows);
-      const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
-      std::vector<uint8_t> p(quant::repacked_bytes_x4(t, rows, K));
-      quant::repack_x4(t, g.data(), rows, K, p.data());
-      // No overhead but the padding rows: an x4 block is 4 GGUF blocks.
-      EXPECT_EQ(p.size(), (size_t)((rows + 3) / 4) * 4 * quant::row_bytes(t, K));
-      const size_t bb = test::block_bytes(t);
-      std::vector<uint8_t> blk(bb);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t b = 0; b < K / 32; ++b) {
-          quant::block_from_x4(t, p.data(), K, r, b, blk.data());
-          ASSERT_EQ(0, std::memcmp(blk.data(), g.data() + (r * (K / 32) + b) * bb, bb))
-              << quant::type_traits((uint32_t)t)->name << " row " << r << " block " << b;
+    const int64_t rows = 16, K = 64;
+    std::mt19937_64 rng(test::base_seed() + 41);
+    const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
+    std::vector<uint8_t> p(quant::repacked_bytes(t, kernels::kLayoutX16, rows, K));
+    quant::repack(t, kernels::kLayoutX16, g.data(), rows, K, p.data());
+    const size_t bb = test::block_bytes(t), sb = quant::traits(t).scale_bytes;
+    const uint8_t x = t == Type::Q8_0 ? 0x80 : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < K / 32; ++b) {
+        const uint8_t* src = g.data() + (r * (K / 32) + b) * bb;
+        const uint8_t* blk = p.data() + b * 16 * bb;
+        ASSERT_EQ(0, std::memcmp(blk + 2 * r, src, 2)) << "d of row " << r;
+        if (sb == 4) {
+          ASSERT_EQ(0, std::memcmp(blk + 32 + 2 * r, src + 2, 2)) << "m of row " << r;
+        }
+        const uint8_t* qs = blk + 16 * sb;
+        for (size_t i = 0; i < bb - sb; ++i) {
+          ASSERT_EQ(qs[(i / 4 * 16 + r) * 4 + i % 4], (uint8_t)(src[sb + i] ^ x))
+              << quant::type_traits((uint32_t)t)->name << " row " << r << " block " << b
+              << " byte " << i;
         }
       }
     }
@@ -282,8 +344,8 @@ TEST(matmul_repack, Q4_0BytesAreXoredAsDeclared) {
     const int64_t rows = 4, K = 64;
     std::mt19937_64 rng(test::base_seed() + 31);
     const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
-    std::vector<uint8_t> p(quant::repacked_bytes_x4(t, rows, K));
-    quant::repack_x4(t, g.data(), rows, K, p.data());
+    std::vector<uint8_t> p(quant::repacked_bytes(t, kernels::kLayoutX4, rows, K));
+    quant::repack(t, kernels::kLayoutX4, g.data(), rows, K, p.data());
     const size_t bb = test::block_bytes(t), sb = quant::traits(t).scale_bytes;
     const uint8_t x = t == Type::Q4_0 ? quant::kQ4_0X4Xor : 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -418,8 +480,10 @@ TEST(matmul_pack_weight, RepacksQuantizedTypesUnlessRef) {
   EXPECT_TRUE(a.storage.empty());
   const PackedWeight b = kernels::pack_weight(Type::Q4_1, g.data(), 10, 64, true);
   if (kernels::active_isa() != kernels::Isa::ref) {
-    EXPECT_EQ(b.layout, kernels::kLayoutX4);
-    EXPECT_EQ(b.storage.size(), quant::repacked_bytes_x4(Type::Q4_1, 10, 64));
+    EXPECT_EQ(b.layout, kernels::vnni_enabled() ? kernels::kLayoutX16 : kernels::kLayoutX4);
+    EXPECT_EQ(b.storage.size(), quant::repacked_bytes(Type::Q4_1, b.layout, 10, 64));
+  } else {
+    EXPECT_EQ(b.layout, kernels::kLayoutGguf);
   }
   EXPECT_THROW(kernels::pack_weight(Type::Q4_1, g.data(), 10, 60, true), std::exception);
 }
