@@ -264,17 +264,23 @@ void Session::eval(const std::vector<int32_t>& tokens) {
   eval_impl(tokens);
 }
 
+void Session::eval_in_blocks(size_t n,
+                             const std::function<void(size_t done, int32_t m)>& forward) {
+  const size_t step = (size_t)exec_->plan().opt.n_batch;
+  for (size_t done = 0; done < n; done += step) {
+    if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
+    forward(done, (int32_t)std::min(step, n - done));
+    has_logits_ = true;
+  }
+}
+
 void Session::eval_impl(const std::vector<int32_t>& tokens) {
   check_tokens(tokens_.size(), tokens);
-  const int32_t step = exec_->plan().opt.n_batch;
-  for (size_t done = 0; done < tokens.size(); done += (size_t)step) {
-    if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
-    const int32_t m = (int32_t)std::min<size_t>((size_t)step, tokens.size() - done);
+  eval_in_blocks(tokens.size(), [&](size_t done, int32_t m) {
     exec_->forward(tokens.data() + done, m, (int32_t)tokens_.size(), logits_.data(), false);
     tokens_.insert(tokens_.end(), tokens.begin() + (ptrdiff_t)done,
                    tokens.begin() + (ptrdiff_t)done + m);
-    has_logits_ = true;
-  }
+  });
 }
 
 void Session::eval_embeddings(const float* rows, int32_t n) {
@@ -290,20 +296,22 @@ void Session::eval_embeddings(const float* rows, int32_t n) {
                     std::to_string(tokens_.size()) + " of " + std::to_string(exec_->n_ctx()) +
                     " positions are in use");
   }
-  const int32_t step = exec_->plan().opt.n_batch;
   const size_t width = (size_t)model_.hparams().n_embd;
-  for (int32_t done = 0; done < n; done += step) {
-    if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
-    const int32_t m = std::min(step, n - done);
-    exec_->forward_embd(rows + (size_t)done * width, m, (int32_t)tokens_.size(), logits_.data(),
-                        false);
+  eval_in_blocks((size_t)n, [&](size_t done, int32_t m) {
+    exec_->forward_embd(rows + done * width, m, (int32_t)tokens_.size(), logits_.data(), false);
     tokens_.insert(tokens_.end(), (size_t)m, kEmbeddingRow);
-    has_logits_ = true;
+  });
+}
+
+size_t Session::embedding_rows_end(size_t n) const {
+  for (size_t i = std::min(n, tokens_.size()); i > 0; --i) {
+    if (tokens_[i - 1] == kEmbeddingRow) return i;
   }
+  return 0;
 }
 
 void Session::check_no_embedding_rows(const char* what) const {
-  if (std::find(tokens_.begin(), tokens_.end(), kEmbeddingRow) != tokens_.end()) {
+  if (embedding_rows_end(tokens_.size()) != 0) {
     throw Error(LILIMS_ERR_UNSUPPORTED,
                 std::string("[state] cannot ") + what +
                     ": the session holds embedding rows (an image), which a state stores no "
@@ -463,10 +471,7 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     }
     // Shifted rows are evaluated again from their ids, which embedding rows
     // (an image) do not have: they must stay within the kept start.
-    size_t end = 0;  // one past the last embedding row
-    for (size_t i = 0; i < keep; ++i) {
-      if (tokens_[i] == kEmbeddingRow) end = i + 1;
-    }
+    const size_t end = embedding_rows_end(keep);
     if (end > (size_t)n_keep) {
       throw Error(LILIMS_ERR_UNSUPPORTED,
                   "[generate] a context shift cannot move embedding rows (an image): they end "
@@ -596,6 +601,19 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
     close_text = r.text.size() - before;
     return Took::ended;
   };
+  // The value's constraint (JSON or a schema) and the bytes that follow the
+  // trigger in its token: whether the value can start with them (probe),
+  // or take them with `left` tokens of room for the rest (commit).
+  const auto value_starts = [&](const std::string& bytes, bool commit, int64_t left) {
+    if (opt.json) {
+      if (!commit) {
+        JsonPrefix probe = json;
+        return probe.feed(bytes);
+      }
+      return json.feed(bytes) && model_.json_closers().tokens_to_close(json) <= left;
+    }
+    return commit ? schema->advance_bytes(bytes, left) : schema->accepts_bytes(bytes);
+  };
   // A token joins the output: streamed, counted, fed to the constraints.
   const auto take = [&](int32_t next) {
     const bool stop = emit(next);
@@ -610,11 +628,7 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
         r.constraint_triggered = true;
         // What follows the trigger in its token starts the value; the
         // sampler made sure it can (trigger_ok).
-        const int64_t left = value_room((int32_t)r.tokens.size(), n_seq() + 1);
-        const bool fits = opt.json ? json.feed(rest) &&
-                                         model_.json_closers().tokens_to_close(json) <= left
-                                   : schema->advance_bytes(rest, left);
-        if (!fits) {
+        if (!value_starts(rest, true, value_room((int32_t)r.tokens.size(), n_seq() + 1))) {
           r.stop = budget_stop();
           return Took::ended;
         }
@@ -637,12 +651,8 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
   // trigger must leave bytes the value can start with).
   const auto trigger_ok = [&](int32_t id) {
     std::string rest;
-    if (!trigger.ends_in(trigger_bytes(tk, model_.pieces(), id), &rest)) return true;
-    if (opt.json) {
-      JsonPrefix probe = json;
-      return probe.feed(rest);
-    }
-    return schema->accepts_bytes(rest);
+    return !trigger.ends_in(trigger_bytes(tk, model_.pieces(), id), &rest) ||
+           value_starts(rest, false, 0);
   };
   std::vector<uint8_t> free_mask;  // before the trigger: tokens trigger_ok refused this step
   std::vector<int32_t> block;  // tokens taken but not yet evaluated

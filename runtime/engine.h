@@ -366,6 +366,11 @@ class Session {
   static constexpr uint32_t kBusy = 1, kCancel = 2;
 
   void eval_impl(const std::vector<int32_t>& tokens);
+  // The block loop of eval_impl and eval_embeddings: rows [0, n) in blocks
+  // of n_batch, cancellation checked before each; forward(done, m)
+  // evaluates rows [done, done + m) at position tokens_.size() and appends
+  // their ids to tokens_.
+  void eval_in_blocks(size_t n, const std::function<void(size_t done, int32_t m)>& forward);
   // Every position's logits into *all (and the last's into logits_), or
   // with all null the last's only.
   void eval_block_impl(const std::vector<int32_t>& tokens, std::vector<float>* all, bool as_decode);
@@ -375,6 +380,8 @@ class Session {
   GenerateResult generate_impl(size_t keep, const std::vector<int32_t>& prompt,
                                const GenerateOptions& opt);
   void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
+  // One past the last embedding row among the first n positions (0: none).
+  size_t embedding_rows_end(size_t n) const;
   // Throws LILIMS_ERR_UNSUPPORTED ("[state] ...") when tokens_ holds embedding rows.
   void check_no_embedding_rows(const char* what) const;
   // ContextPolicy::shift: drops tokens after the kept start and evaluates

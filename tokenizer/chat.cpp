@@ -162,14 +162,19 @@ std::string apply_chat_template(const std::string& name, const std::vector<ChatM
   return out;
 }
 
-std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
-                                 const std::vector<ChatMessage>& msgs, bool gen, bool add_bos,
-                                 bool special_in_messages) {
-  const std::vector<ChatSegment> segs = chat_template_segments(name, msgs, gen);
-  std::vector<Tokenizer::Segment> parts;
+std::vector<int32_t> encode_chat_segments(const Tokenizer& tk, const std::vector<ChatSegment>& segs,
+                                          bool add_bos, bool special_in_messages) {
+  std::vector<Tokenizer::Segment> parts;  // views into segs
   parts.reserve(segs.size());
   for (const ChatSegment& s : segs) parts.push_back({s.text, s.markup || special_in_messages});
   return tk.encode_segments(parts, add_bos);
+}
+
+std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
+                                 const std::vector<ChatMessage>& msgs, bool gen, bool add_bos,
+                                 bool special_in_messages) {
+  return encode_chat_segments(tk, chat_template_segments(name, msgs, gen), add_bos,
+                              special_in_messages);
 }
 
 std::vector<ChatSegment> chat_continuation_segments(const std::string& name,
@@ -186,15 +191,6 @@ std::vector<ChatSegment> chat_continuation_segments(const std::string& name,
   }
   segs.erase(segs.begin(), segs.begin() + (ptrdiff_t)at);
   return segs;
-}
-
-std::vector<int32_t> encode_chat_continuation(const Tokenizer& tk, const std::string& name,
-                                              const std::vector<ChatMessage>& msgs,
-                                              bool special_in_messages) {
-  const std::vector<ChatSegment> segs = chat_continuation_segments(name, msgs);
-  std::vector<Tokenizer::Segment> parts;  // views into segs
-  for (const ChatSegment& s : segs) parts.push_back({s.text, s.markup || special_in_messages});
-  return tk.encode_segments(parts, false);
 }
 
 }  // namespace lilims::tok

@@ -41,8 +41,11 @@ std::vector<ChatSegment> chat_template_segments(const std::string& name,
                                                 const std::vector<ChatMessage>& msgs,
                                                 bool add_generation_prompt);
 
-// The conversation as token ids.  Special tokens are parsed in the markup
-// only, unless special_in_messages (for callers that spell them on purpose).
+// Segments as token ids.  Special tokens are parsed in the markup only,
+// unless special_in_messages (for callers that spell them on purpose).
+std::vector<int32_t> encode_chat_segments(const Tokenizer& tk, const std::vector<ChatSegment>& segs,
+                                          bool add_bos, bool special_in_messages = false);
+// The conversation as token ids (encode_chat_segments of its segments).
 std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
                                  const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                  bool add_bos, bool special_in_messages = false);
@@ -54,9 +57,6 @@ std::vector<int32_t> encode_chat(const Tokenizer& tk, const std::string& name,
 // has them already.
 std::vector<ChatSegment> chat_continuation_segments(const std::string& name,
                                                     const std::vector<ChatMessage>& msgs);
-std::vector<int32_t> encode_chat_continuation(const Tokenizer& tk, const std::string& name,
-                                              const std::vector<ChatMessage>& msgs,
-                                              bool special_in_messages = false);
 
 // The names apply_chat_template accepts.
 const std::vector<std::string>& chat_template_names();

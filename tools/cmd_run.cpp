@@ -26,18 +26,7 @@ using namespace lilims;
 constexpr const char* kImageMarkers[] = {"<__media__>", "<image>"};
 
 // A piece of the prompt: the chat template's markup or the caller's text.
-struct Piece {
-  std::string text;
-  bool markup;
-  bool parse_special;
-};
-
-std::vector<int32_t> encode_pieces(const tok::Tokenizer& tk, const std::vector<Piece>& pieces,
-                                   bool bos) {
-  std::vector<tok::Tokenizer::Segment> segs;
-  for (const Piece& p : pieces) segs.push_back({p.text, p.parse_special});
-  return tk.encode_segments(segs, bos);
-}
+using Piece = tok::ChatSegment;
 
 // The pieces split at the first image marker in the caller's text: those
 // before it and those after it.
@@ -49,8 +38,8 @@ void split_at_image(const std::vector<Piece>& pieces, std::vector<Piece>* before
       const size_t at = pieces[i].text.find(marker);
       if (at == std::string::npos) continue;
       before->assign(pieces.begin(), pieces.begin() + (ptrdiff_t)i);
-      before->push_back({pieces[i].text.substr(0, at), false, pieces[i].parse_special});
-      after->push_back({pieces[i].text.substr(at + std::strlen(marker)), false, pieces[i].parse_special});
+      before->push_back({pieces[i].text.substr(0, at), false});
+      after->push_back({pieces[i].text.substr(at + std::strlen(marker)), false});
       after->insert(after->end(), pieces.begin() + (ptrdiff_t)i + 1, pieces.end());
       return;
     }
@@ -274,15 +263,11 @@ int run_main(int argc, char** argv) {
           std::fprintf(stderr, "lilims run: after --load-state the system turn (--system, --tools) "
                                "is the loaded one; the new one is ignored\n");
         }
-        for (const tok::ChatSegment& c : tok::chat_continuation_segments(tmpl, {{"user", prompt}})) {
-          segs.push_back({c.text, c.markup, c.markup || special_in_prompt});
-        }
+        segs = tok::chat_continuation_segments(tmpl, {{"user", prompt}});
       } else {
         if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
         msgs.push_back({"user", prompt});
-        for (const tok::ChatSegment& c : tok::chat_template_segments(tmpl, msgs, true)) {
-          segs.push_back({c.text, c.markup, c.markup || special_in_prompt});
-        }
+        segs = tok::chat_template_segments(tmpl, msgs, true);
       }
     } else {
       if (!raw && !system_prompt.empty()) {
@@ -290,23 +275,26 @@ int run_main(int argc, char** argv) {
       }
       // A raw prompt is the caller's own; tools, if any, go before it.
       if (!tools_text.empty()) prompt = tools_text + "\n\n" + prompt;
-      segs.push_back({prompt, false, true});
+      segs.push_back({prompt, false});
     }
+    // Special-token text becomes special tokens in the template's markup,
+    // and in the caller's text when asked or when the prompt is raw.
+    const bool special_in_text = special_in_prompt || raw || tmpl.empty();
     std::vector<int32_t> ids;
     if (projector) {
       // Text before the image, the image's rows, then the text after it as the prompt.
       std::vector<Piece> before, after;
       split_at_image(segs, &before, &after);
-      session.eval(encode_pieces(model->tokenizer(), before, bos));
+      session.eval(tok::encode_chat_segments(model->tokenizer(), before, bos, special_in_text));
       const int32_t n = projector->eval_image(
           session, {image.rgb.data(), image.width, image.height, 3 * (size_t)image.width});
       if (!quiet) {
         std::fprintf(stderr, "[lilims] image: %dx%d, %d positions, encoded in %.1f ms\n", image.width,
                      image.height, n, projector->last_encode_seconds() * 1e3);
       }
-      ids = encode_pieces(model->tokenizer(), after, false);
+      ids = tok::encode_chat_segments(model->tokenizer(), after, false, special_in_text);
     } else {
-      ids = encode_pieces(model->tokenizer(), segs, bos);
+      ids = tok::encode_chat_segments(model->tokenizer(), segs, bos, special_in_text);
     }
     // A JSON value is printed only once it is complete, so a failure never
     // leaves half a value on stdout.

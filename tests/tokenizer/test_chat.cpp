@@ -162,7 +162,8 @@ TEST(ChatTemplate, ContinuationIsTheRestOfTheConversation) {
   auto f = lilims::gguf::File::open(path);
   auto tok = lilims::tok::Tokenizer::from_gguf(*f);
   const std::vector<ChatMessage> next = {{"user", "Say <|end|>"}};
-  const auto ids = lilims::tok::encode_chat_continuation(*tok, "phi3", next);
+  const auto ids = lilims::tok::encode_chat_segments(
+      *tok, lilims::tok::chat_continuation_segments("phi3", next), false);
   std::vector<ChatMessage> whole = kConversation;
   whole.back() = next[0];
   const auto all = lilims::tok::encode_chat(*tok, "phi3", whole, true, true);
