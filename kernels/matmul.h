@@ -56,6 +56,7 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
 // The CPU feature a kernel needs beyond its Isa.
 enum class Feature { none, avx2, avx512vnni, neon, dotprod, i8mm };
 bool feature_available(Feature f);
+const char* feature_name(Feature f);  // "avx512vnni", ...
 
 // Activation format a weight type is multiplied with (quant::traits(weight
 // type).act_type): Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->

@@ -57,6 +57,18 @@ bool feature_available(Feature f) {
   return false;
 }
 
+const char* feature_name(Feature f) {
+  switch (f) {
+    case Feature::none: return "none";
+    case Feature::avx2: return "avx2+fma+f16c";
+    case Feature::avx512vnni: return "avx512vnni";
+    case Feature::neon: return "neon";
+    case Feature::dotprod: return "dotprod";
+    case Feature::i8mm: return "i8mm";
+  }
+  return "?";
+}
+
 quant::Type act_type(quant::Type wtype) { return quant::traits(wtype).act_type; }
 
 size_t act_row_bytes(quant::Type wtype, int64_t k) {

@@ -52,8 +52,8 @@ if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
 fi
 
 if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
-  stage "ThreadSanitizer: thread pool, KV commits, runtime, C API"
-  LILIMS_TARGETS="test_graph test_runtime test_c_api test_c_api_contracts" \
+  stage "ThreadSanitizer: thread pool, KV commits, runtime, vision encoder, C API"
+  LILIMS_TARGETS="test_graph test_runtime test_models test_c_api test_c_api_contracts" \
     scripts/build.sh build-tsan "${sanitizer_flags[@]}" -DLILIMS_SANITIZE=thread \
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_WERROR=ON
   # Every test of the pool, of the KV cache's sync/async commits and of the C
@@ -66,6 +66,9 @@ if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   # release and ASan runs cover them) and take ten minutes under TSan.
   build-tsan/tests/runtime/test_runtime \
     --gtest_filter="-*SmolLM2*:IsaAgreement*:*PerplexityVsLlamaCpp*:SessionMemory.*:JsonGenerate.*:JsonPrefix.*:TokenMask.*:SchemaGenerate.*:LazyConstraint.*"
+  # The vision encoder on 1 and 2 threads (the imatrix observer runs in
+  # test_runtime above).
+  build-tsan/tests/models/test_models --gtest_filter="Clip.*"
   build-tsan/tests/c_api/test_c_api "$PWD/../shared/data/stories260K/stories260K.gguf"
   build-tsan/tests/c_api/test_c_api_contracts
   unset TSAN_OPTIONS

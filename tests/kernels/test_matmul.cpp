@@ -96,7 +96,8 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
   void SetUp() override {
     const MatmulKernel& k = kernels::matmul_kernels()[GetParam()];
     if (!kernels::feature_available(k.needs)) {
-      GTEST_SKIP() << k.name << ": this CPU lacks its features (run it under qemu)";
+      GTEST_SKIP() << "skipped: CPU lacks " << kernels::feature_name(k.needs) << " (" << k.name
+                   << ")";
     }
   }
   const MatmulKernel& kern() const { return kernels::matmul_kernels()[GetParam()]; }
@@ -244,7 +245,9 @@ class matmul_quantize_act : public testing::TestWithParam<size_t> {};
 
 TEST_P(matmul_quantize_act, BitIdenticalToRef) {
   const kernels::QuantizeKernel& q = kernels::quantize_kernels()[GetParam()];
-  if (!kernels::feature_available(q.needs)) GTEST_SKIP() << q.name << ": this CPU lacks its features";
+  if (!kernels::feature_available(q.needs)) {
+    GTEST_SKIP() << "skipped: CPU lacks " << kernels::feature_name(q.needs) << " (" << q.name << ")";
+  }
   const uint64_t seed = test::base_seed() + 99;
   std::mt19937_64 rng(seed);
   for (int64_t K : {32, 64, 96, 4128}) {

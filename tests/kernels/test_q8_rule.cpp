@@ -103,7 +103,9 @@ class q8_rule_kernel : public testing::TestWithParam<size_t> {};
 
 TEST_P(q8_rule_kernel, BitExactWithScalarDefinition) {
   const kernels::QuantizeKernel& q = kernels::quantize_kernels()[GetParam()];
-  if (!kernels::feature_available(q.needs)) GTEST_SKIP() << q.name << ": this CPU lacks its features";
+  if (!kernels::feature_available(q.needs)) {
+    GTEST_SKIP() << "skipped: CPU lacks " << kernels::feature_name(q.needs) << " (" << q.name << ")";
+  }
   for (int64_t k : kSizes) {
     const uint64_t seed = test::base_seed() + 1000 + (uint64_t)k;
     std::vector<float> row = edge_row(k, seed);
