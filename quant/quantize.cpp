@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/fp16.h"
 
@@ -36,12 +37,14 @@ double block_sse(Type t, const void* block, const float* x, const float* w = nul
   });
 }
 
-// std::lround(v) clamped to [lo, hi], without the library call: v + 0.5
-// (sign of v) is exact in double for a float, and truncating it rounds half
-// away from zero as lround does; out-of-range and NaN inputs clamp first.
-int round_clamp(float v, int lo, int hi) {
-  if (!(v > static_cast<float>(lo))) return lo;
-  if (!(v < static_cast<float>(hi))) return hi;
+// std::lround(v) clamped to [lo, hi], without the library call and without
+// branches (the search spends much of its time here): NaN and out-of-range
+// values clamp first (a NaN to lo), then v + 0.5 (sign of v), exact in double
+// for a float, truncates to the value rounded half away from zero.
+inline int round_clamp(float v, int lo, int hi) {
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  v = v > flo ? v : flo;
+  v = v < fhi ? v : fhi;
   return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
 }
 
@@ -133,6 +136,9 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
   }
   int q[kBlock];
   int best_q[kBlock];
+  int prev_q[kBlock];
+  int q_fit[kBlock];
+  bool have_prev = false;
   float best_d = 0;
   bool found = false;
   auto levels = [&](float d) {
@@ -172,12 +178,21 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
         const float c = (end == 0 ? qmin : qmax) + (end == 0 ? -step : step) * (float)k;
         if (std::fabs(c) < 0.5f) continue;
         levels(top / c);
+        // The result depends on the levels alone: a candidate whose levels
+        // equal the previous candidate's adds nothing, nor does a re-rounding
+        // that leaves them as they were.
+        if (have_prev && std::memcmp(q, prev_q, sizeof q) == 0) continue;
+        std::memcpy(prev_q, q, sizeof q);
+        have_prev = true;
         for (int it = 0; it < 2; ++it) {
           const float d = lsq();
           if (d == 0) break;
           consider(d);
+          if (it == 1) break;
           const float d16 = fp16_to_fp32(fp32_to_fp16(d));  // re-round with the stored scale
+          std::memcpy(q_fit, q, sizeof q);
           levels(d16 != 0 ? d16 : d);
+          if (std::memcmp(q, q_fit, sizeof q) == 0) break;
         }
       }
     }
@@ -317,13 +332,22 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
   }
 }
 
+void q4_0_search_weights(const float* x, float* w, int64_t n) {
+  double sum_x2 = 0;
+  for (int64_t j = 0; j < n; ++j) sum_x2 += static_cast<double>(x[j]) * x[j];
+  const float sigma2 = n > 0 ? static_cast<float>(sum_x2 / static_cast<double>(n)) : 0.0f;
+  for (int64_t j = 0; j < n; ++j) w[j] = std::sqrt(sigma2 + x[j] * x[j]);
+}
+
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n, QuantMethod method) {
+  if (method != QuantMethod::search) {
+    for (int64_t i = 0; i < n / kBlock; ++i) plain_q4_0(x + i * kBlock, y[i]);
+    return;
+  }
+  std::vector<float> w(static_cast<size_t>(n));
+  q4_0_search_weights(x, w.data(), n);
   for (int64_t i = 0; i < n / kBlock; ++i) {
-    if (method == QuantMethod::search) {
-      searched_block(x + i * kBlock, nullptr, y[i], plain_q4_0, search_q4_0);
-    } else {
-      plain_q4_0(x + i * kBlock, y[i]);
-    }
+    searched_block(x + i * kBlock, w.data() + i * kBlock, y[i], plain_q4_0, search_q4_0);
   }
 }
 

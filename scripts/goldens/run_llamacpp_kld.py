@@ -21,8 +21,10 @@ smollm2 -> tests/data/smollm2_kld_llamacpp.json
     `lilims quantize SmolLM2-135M-Instruct.Q4_1.gguf F16` writes (the Q4_1
     weights dequantized exactly; 1-D tensors F32).  llama-quantize F16 -> Q8_0
     and Q4_0 with its defaults (no imatrix; the tied token_embd follows the
-    output-tensor rule), then llama-perplexity KLD of each against the F16
-    on tests/data/ppl_text.txt, -c 512 --chunks 4 (1020 scored positions).
+    output-tensor rule), and Q4_0 with an imatrix (Q4_0_imatrix: llama-imatrix
+    -c 512 over the text after its first 10000 bytes, past the scored tokens),
+    then llama-perplexity KLD of each against the F16 on
+    tests/data/ppl_text.txt, -c 512 --chunks 4 (1020 scored positions).
     The tensor types llama-quantize chose are recorded (lilims inspect).
 
 llama-perplexity: first `-m BASE -f TEXT -c N --chunks K --kl-divergence-base
@@ -48,6 +50,7 @@ from _llamacpp_common import LLAMA_CPP_COMMIT, LLAMA_CPP_PYTHON_VERSION, sha256_
 
 THREADS = 2
 TEXT = "tests/data/ppl_text.txt"
+IMATRIX_SKIP = 10000  # bytes of TEXT before the imatrix text (past the 2048 scored-chunk tokens)
 
 
 def run(cmd):
@@ -146,23 +149,46 @@ def part_smollm2(args, tmp):
     src = os.path.expanduser("~/.cache/lilims/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     f16 = os.path.join(tmp, "smollm2.F16.gguf")
     run([args.lilims, "quantize", src, f16, "F16", "--no-progress"])
-    models, types = {}, {}
+    models, types, quantize_cmds = {}, {}, {}
     for t in ["Q8_0", "Q4_0"]:
         out = os.path.join(tmp, f"smollm2.{t}.gguf")
         run([os.path.join(args.bin_dir, "llama-quantize"), f16, out, t, str(THREADS)])
         models[t] = out
         types[t] = tensor_types(args.lilims, out)
+        quantize_cmds[t] = f"llama-quantize smollm2.F16.gguf smollm2.{t}.gguf {t} {THREADS}"
+    # The imatrix: the text after its first IMATRIX_SKIP bytes (the scored
+    # chunks' tokens end before it).
+    tail = os.path.join(tmp, "imatrix_text.txt")
+    with open(TEXT, "rb") as f:
+        data = f.read()[IMATRIX_SKIP:]
+    with open(tail, "wb") as f:
+        f.write(data)
+    imx = os.path.join(tmp, "smollm2.imatrix.gguf")
+    imatrix_cmd = [os.path.join(args.bin_dir, "llama-imatrix"), "-m", f16, "-f", tail, "-c", "512",
+                   "-t", str(THREADS), "-o", imx, "--no-ppl"]
+    run(imatrix_cmd)
+    out = os.path.join(tmp, "smollm2.Q4_0_imatrix.gguf")
+    run([os.path.join(args.bin_dir, "llama-quantize"), "--imatrix", imx, f16, out, "Q4_0",
+         str(THREADS)])
+    models["Q4_0_imatrix"] = out
+    types["Q4_0_imatrix"] = tensor_types(args.lilims, out)
+    quantize_cmds["Q4_0_imatrix"] = (f"llama-quantize --imatrix smollm2.imatrix.gguf smollm2.F16.gguf "
+                                     f"smollm2.Q4_0_imatrix.gguf Q4_0 {THREADS}")
     n_ctx, n_chunks = 512, 4
     res = kld_runs(os.path.join(args.bin_dir, "llama-perplexity"), f16, models, n_ctx, n_chunks, tmp)
     for t in res:
         kinds = sorted(set(types[t].values()))
-        res[t]["llama_quantize_command"] = f"llama-quantize smollm2.F16.gguf smollm2.{t}.gguf {t} {THREADS}"
+        target = t.split("_imatrix")[0]
+        res[t]["llama_quantize_command"] = quantize_cmds[t]
         res[t]["tensor_types_used"] = kinds
         res[t]["tensors_not_of_the_type"] = {k: v for k, v in types[t].items()
-                                            if v != t and v != "F32"}
+                                            if v != target and v != "F32"}
+    res["Q4_0_imatrix"]["imatrix_command"] = (
+        f"llama-imatrix -m smollm2.F16.gguf -f TEXT_AFTER_{IMATRIX_SKIP}_BYTES -c 512 -t {THREADS} "
+        "-o smollm2.imatrix.gguf --no-ppl")
     return {
-        "description": "llama-quantize (defaults, no imatrix) of the F16 SmolLM2 lilims writes, "
-                       "KLD against that F16 by llama-perplexity",
+        "description": "llama-quantize (defaults; Q4_0 also with an imatrix) of the F16 SmolLM2 "
+                       "lilims writes, KLD against that F16 by llama-perplexity",
         "llama_cpp": common_info(args.bin_dir),
         "source": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": sha256_file(src),
                    "f16": "lilims quantize SOURCE OUT.gguf F16", "f16_sha256": sha256_file(f16)},
