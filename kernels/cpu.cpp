@@ -63,23 +63,36 @@ CpuFeatures detect() {
   return f;
 }
 
-Isa choose() {
+// The kernel path: the ISA, and whether its matmuls use AVX-512 VNNI.
+struct Path {
+  Isa isa;
+  bool vnni;
+};
+
+Path choose() {
   const CpuFeatures& f = cpu_features();
-  Isa best = Isa::ref;
+  Path best{Isa::ref, false};
 #if defined(LILIMS_HAVE_AVX2)
-  if (f.avx2) best = Isa::avx2;
+  if (f.avx2) best.isa = Isa::avx2;
+#endif
+#if defined(LILIMS_HAVE_AVX512VNNI)
+  best.vnni = best.isa == Isa::avx2 && f.avx512vnni;
 #endif
 #if defined(LILIMS_HAVE_NEON)
-  if (f.neon) best = Isa::neon;
+  if (f.neon) best.isa = Isa::neon;
 #endif
   if (const char* forced = std::getenv("LILIMS_ISA")) {
-    if (std::strcmp(forced, "ref") == 0) return Isa::ref;
-    if (std::strcmp(forced, "avx2") == 0 && best == Isa::avx2) return Isa::avx2;
-    if (std::strcmp(forced, "avx512vnni") == 0 && best == Isa::avx2 && f.avx512vnni) return Isa::avx2;
-    if (std::strcmp(forced, "neon") == 0 && best == Isa::neon) return Isa::neon;
-    return Isa::ref;  // asked for a path this build or CPU cannot run
+    if (std::strcmp(forced, "avx2") == 0 && best.isa == Isa::avx2) return {Isa::avx2, false};
+    if (std::strcmp(forced, "avx512vnni") == 0 && best.vnni) return best;
+    if (std::strcmp(forced, "neon") == 0 && best.isa == Isa::neon) return best;
+    return {Isa::ref, false};  // "ref", or a path this build or CPU cannot run
   }
   return best;
+}
+
+const Path& active_path() {
+  static const Path path = choose();
+  return path;
 }
 
 }  // namespace
@@ -89,23 +102,9 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
-Isa active_isa() {
-  static const Isa isa = choose();
-  return isa;
-}
+Isa active_isa() { return active_path().isa; }
 
-bool vnni_enabled() {
-  static const bool on = [] {
-#if defined(LILIMS_HAVE_AVX512VNNI)
-    const char* forced = std::getenv("LILIMS_ISA");
-    return active_isa() == Isa::avx2 && cpu_features().avx512vnni &&
-           !(forced && std::strcmp(forced, "avx2") == 0);
-#else
-    return false;
-#endif
-  }();
-  return on;
-}
+bool vnni_enabled() { return active_path().vnni; }
 
 const char* kernel_path_name() {
   if (vnni_enabled()) return "avx2+avx512vnni";
