@@ -97,6 +97,8 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   void (*add_layernorm)(float* x, const float* delta, const float* w, const float* b,
                         float* y, int64_t n, float eps);
   void (*silu)(const float* x, float* y, int64_t n);
+  // y += a * x (x and y must not overlap); fused or not, per the ISA.
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
   Isa isa;
   const char* name;
 };
@@ -113,7 +115,7 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   X(a, b, add, add_f32) X(a, b, mul, mul_f32) X(a, b, fp32_to_fp16, fp32_to_fp16)         \
   X(a, b, fp16_to_fp32, fp16_to_fp32) X(a, b, quantize_row_q8_0, quantize_row_q8_0)       \
   X(a, b, attention, attention) X(a, b, add_layernorm, add_layernorm_f32)                 \
-  X(a, b, silu, silu_f32)
+  X(a, b, silu, silu_f32) X(a, b, axpy, axpy_f32)
 #define LILIMS_OPS_TABLE_ENTRIES(X) LILIMS_OPS_TABLE_LIST(LILIMS_OPS_APPLY_, X, ~)
 #define LILIMS_OPS_APPLY_(X, unused, field, base) X(field, base)
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "models/gptq.h"
 #include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 
@@ -149,15 +150,34 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
                                                    "' matches no 2-D weight of the model");
     }
   }
-  if (opt.importance && opt.method != quant::QuantMethod::search) {
+  if ((opt.importance || opt.second_moments) && opt.method != quant::QuantMethod::search) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] an imatrix needs the search method");
   }
-  std::vector<uint8_t> data;
-  for (size_t k = 0; k < in.tensors().size(); ++k) {
+  // Error-compensation factors, one per distinct matrix, kept while a
+  // tensor still to come needs it.
+  struct FactorUse {
+    std::shared_ptr<const models::GptqFactor> factor;
+    int remaining = 0;
+  };
+  std::map<const std::vector<float>*, FactorUse> factors;
+  auto moments_for = [&](const TensorInfo& t, quant::Type type) -> const std::vector<float>* {
+    if (!opt.second_moments || (type != quant::Type::Q4_0 && type != quant::Type::Q4_1 &&
+                                type != quant::Type::Q8_0)) {
+      return nullptr;
+    }
+    const auto it = opt.second_moments->find(t.name);
+    if (it == opt.second_moments->end() || !it->second) return nullptr;
+    const uint64_t n = t.ne[0];
+    if (it->second->size() != n * n) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                  "[quantize] the second moments of " + t.name + " hold " + std::to_string(it->second->size()) +
+                      " values; its " + std::to_string(n) + " columns need " + std::to_string(n * n));
+    }
+    return it->second.get();
+  };
+  // The type each tensor becomes (null: copied as it is).
+  auto dst_of = [&](size_t k) -> const quant::TypeTraits* {
     const TensorInfo& t = in.tensors()[k];
-    if (opt.progress) opt.progress(k, in.tensors().size(), t);
-    quant::ReadableType src;
-    quant::readable_type(t.type, &src);  // require_readable_types() vouched for it
     const quant::TypeTraits* dst = nullptr;
     if (rule_of[k] >= 0) {
       dst = &quant::traits(opt.tensor_types[(size_t)rule_of[k]].type);
@@ -166,9 +186,34 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     } else if (t.ne.size() == 1) {
       dst = f32;
     }
-    if (!dst || static_cast<uint32_t>(dst->type) == t.type || t.n_elements == 0) {
+    if (!dst || static_cast<uint32_t>(dst->type) == t.type || t.n_elements == 0) return nullptr;
+    return dst;
+  };
+  for (size_t k = 0; k < in.tensors().size(); ++k) {
+    const quant::TypeTraits* dst = dst_of(k);
+    if (!dst) continue;
+    if (const std::vector<float>* m = moments_for(in.tensors()[k], dst->type)) ++factors[m].remaining;
+  }
+  std::vector<uint8_t> data;
+  for (size_t k = 0; k < in.tensors().size(); ++k) {
+    const TensorInfo& t = in.tensors()[k];
+    if (opt.progress) opt.progress(k, in.tensors().size(), t);
+    quant::ReadableType src;
+    quant::readable_type(t.type, &src);  // require_readable_types() vouched for it
+    const quant::TypeTraits* dst = dst_of(k);
+    if (!dst) {
       out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
       continue;
+    }
+    std::shared_ptr<const models::GptqFactor> factor;
+    if (const std::vector<float>* m = moments_for(t, dst->type)) {
+      FactorUse& use = factors.at(m);
+      if (!use.factor) {
+        use.factor = std::make_shared<const models::GptqFactor>(
+            models::gptq_factor(m->data(), static_cast<int64_t>(t.ne[0])));
+      }
+      factor = use.factor;
+      if (--use.remaining == 0) factors.erase(m);
     }
     const uint64_t ne0 = t.ne[0], rows = t.n_elements / ne0;
     const uint64_t src_row = ne0 / src.block_size * src.block_bytes;
@@ -191,14 +236,18 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
       }
     }
     auto convert = [&](uint64_t r0, uint64_t r1) {
-      std::vector<float> buf(ne0);
+      std::vector<float> buf(ne0), scratch;
       for (uint64_t r = r0; r < r1; ++r) {
         if (transcode) {
           dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
           continue;
         }
         src.to_float(t.data + r * src_row, buf.data(), static_cast<int64_t>(ne0));
-        if (importance) {
+        if (factor) {
+          if (scratch.empty()) scratch.resize(ne0);
+          models::quantize_row_gptq(dst->type, buf.data(), data.data() + r * dst_row,
+                                   static_cast<int64_t>(ne0), *factor, scratch.data());
+        } else if (importance) {
           quant::quantize_row_weighted(dst->type, buf.data(), data.data() + r * dst_row,
                                        static_cast<int64_t>(ne0), importance);
         } else {

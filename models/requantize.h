@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ bool glob_match(const std::string& pattern, const std::string& name);
 // "[quantize] ..." for a missing '=', an empty pattern or an unknown type.
 TensorTypeRule parse_tensor_type_rule(const std::string& text);
 
+// The second moments E[x x^T] of each weight's input, by tensor name:
+// (n_cols, n_cols) row-major, lower triangle read (runtime::calibrate);
+// weights that read the same input may share one matrix.
+using SecondMoments = std::map<std::string, std::shared_ptr<const std::vector<float>>>;
+
 struct RequantizeOptions {
   quant::QuantMethod method = quant::QuantMethod::search;
   std::vector<TensorTypeRule> tensor_types;
@@ -50,6 +56,12 @@ struct RequantizeOptions {
   // the entry must have one value per column (LILIMS_ERR_INVALID_ARGUMENT
   // otherwise) and needs method search.  Null: none.
   const std::map<std::string, std::vector<float>>* importance = nullptr;
+  // With second moments, a Q4_0 / Q4_1 / Q8_0 tensor that has an entry is
+  // quantized with error compensation (quant/gptq.h; its block scales
+  // weighted by the matrix's diagonal, `importance` then unused for it);
+  // the entry must be (cols, cols) (LILIMS_ERR_INVALID_ARGUMENT otherwise)
+  // and needs method search.  Null: none.
+  const SecondMoments* second_moments = nullptr;
   // Rows of a tensor are quantized on this many threads (the bytes do not
   // depend on it).
   int n_threads = 1;

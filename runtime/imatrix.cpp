@@ -1,12 +1,14 @@
 #include "runtime/imatrix.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
 #include "base/error.h"
 #include "graph/executor.h"
 #include "graph/thread_pool.h"
+#include "kernels/ops.h"
 #include "models/builders.h"
 
 namespace lilims::runtime {
@@ -16,7 +18,23 @@ namespace {
 struct Accumulator {
   std::vector<double> sum_sq;  // (cols)
   int64_t rows = 0;
+  // The sum of x x^T (lower triangle), when this weight keeps the moments
+  // of its input; null for a weight that shares another's.
+  std::shared_ptr<std::vector<float>> moments;
 };
+
+// moments += sum over the rows of x x^T, lower triangle.  Row i of the
+// matrix stays in cache while every token adds to it.
+void add_moments(std::vector<float>& m, const float* a, int64_t lda, int32_t rows, size_t n) {
+  const kernels::OpsTable& ops = kernels::ops();
+  for (size_t i = 0; i < n; ++i) {
+    float* mi = m.data() + i * n;
+    for (int32_t t = 0; t < rows; ++t) {
+      const float* x = a + (int64_t)t * lda;
+      if (x[i] != 0.0f) ops.axpy(x[i], x, mi, (int64_t)i + 1);
+    }
+  }
+}
 
 struct Collector {
   std::unordered_map<const kernels::PackedWeight*, Accumulator*> by_weight;
@@ -32,14 +50,14 @@ struct Collector {
       for (size_t j = 0; j < acc.sum_sq.size(); ++j) acc.sum_sq[j] += (double)x[j] * x[j];
     }
     acc.rows += rows;
+    if (acc.moments) add_moments(*acc.moments, a, lda, rows, acc.sum_sq.size());
   }
 };
 
 }  // namespace
 
-models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& tokens,
-                                const ImatrixOptions& opt,
-                                const std::function<void(int32_t, int32_t)>& on_chunk) {
+Calibration calibrate(const Model& model, const std::vector<int32_t>& tokens, const ImatrixOptions& opt,
+                      const std::function<void(int32_t, int32_t)>& on_chunk) {
   if (opt.n_ctx < 4 || opt.n_ctx > model.hparams().n_ctx_train) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[imatrix] the chunk size " + std::to_string(opt.n_ctx) +
                                                  " must be in 4.." +
@@ -55,17 +73,38 @@ models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& 
   const models::Model& w = model.weights();
   // Every matmul weight, by name (a tied head is token_embd.weight).
   std::unordered_map<std::string, Accumulator> acc;
+  // Which weight's moments each weight reads (itself, or the first of the
+  // weights that share its input).
+  std::unordered_map<std::string, std::string> moments_of;
   Collector collector;
-  auto add = [&](const models::Weight& weight) {
+  auto add = [&](const models::Weight& weight, const models::Weight* shares) {
     if (!weight.present()) return;
     Accumulator& a = acc[weight.name];
     a.sum_sq.assign((size_t)weight.cols, 0.0);
     collector.by_weight[&weight.packed] = &a;
+    if (!opt.second_moments) return;
+    if (shares && shares->present() && shares != &weight) {
+      moments_of[weight.name] = shares->name;
+    } else {
+      a.moments = std::make_shared<std::vector<float>>((size_t)(weight.cols * weight.cols), 0.0f);
+      moments_of[weight.name] = weight.name;
+    }
   };
   for (const models::Layer& layer : w.layers) {
-    for (const models::Weight* p : layer.weights()) add(*p);
+    // q, k and v read the attention norm's output, gate and up the FFN
+    // norm's (models/builders.cpp).
+    const models::Weight* qkv = layer.wq.present() ? &layer.wq : nullptr;
+    const models::Weight* ffn = layer.w_gate.present() ? &layer.w_gate : nullptr;
+    add(layer.wq, nullptr);
+    add(layer.wk, qkv);
+    add(layer.wv, qkv);
+    add(layer.wqkv, nullptr);
+    add(layer.wo, nullptr);
+    add(layer.w_gate, nullptr);
+    add(layer.w_up, ffn);
+    add(layer.w_down, nullptr);
   }
-  add(w.output);
+  add(w.output, nullptr);
 
   graph::PlanOptions po;
   po.n_ctx = opt.n_ctx;
@@ -90,7 +129,8 @@ models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& 
   }
   exec.sync();
 
-  models::Imatrix m;
+  Calibration out;
+  models::Imatrix& m = out.imatrix;
   m.n_ctx = opt.n_ctx;
   m.n_chunks = n_chunks;
   for (auto& [name, a] : acc) {
@@ -100,8 +140,24 @@ models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& 
     e.mean_sq.resize(a.sum_sq.size());
     for (size_t j = 0; j < a.sum_sq.size(); ++j) e.mean_sq[j] = (float)(a.sum_sq[j] / (double)a.rows);
     m.entries.emplace(name, std::move(e));
+    if (a.moments) {
+      const float inv = 1.0f / (float)a.rows;
+      for (float& v : *a.moments) v *= inv;
+    }
   }
-  return m;
+  for (const auto& [name, owner] : moments_of) {
+    const Accumulator& a = acc.at(owner);
+    if (a.rows > 0 && a.moments) out.moments[name] = a.moments;
+  }
+  return out;
+}
+
+models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& tokens,
+                                const ImatrixOptions& opt,
+                                const std::function<void(int32_t, int32_t)>& on_chunk) {
+  ImatrixOptions o = opt;
+  o.second_moments = false;
+  return calibrate(model, tokens, o, on_chunk).imatrix;
 }
 
 }  // namespace lilims::runtime

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/imatrix.h"
+#include "models/requantize.h"
 #include "runtime/engine.h"
 
 namespace lilims::runtime {
@@ -20,10 +21,24 @@ struct ImatrixOptions {
   int32_t max_chunks = 0;  // <= 0: all
   int n_threads = 1;
   int32_t n_batch = 64;
+  // Also the second moments E[x x^T] of each matmul's input (n_cols^2
+  // floats per distinct input: ~0.4 GB for SmolLM2-135M), for
+  // quantize_row_gptq.
+  bool second_moments = false;
+};
+
+struct Calibration {
+  models::Imatrix imatrix;
+  // By weight name, (n_cols, n_cols) row-major, the lower triangle (j <= i)
+  // filled; weights that read the same input (attn_q, attn_k and attn_v;
+  // ffn_gate and ffn_up) share one matrix.  Empty unless asked for.
+  gguf::SecondMoments moments;
 };
 
 // Throws LILIMS_ERR_INVALID_ARGUMENT when the text holds fewer than n_ctx
 // tokens.  on_chunk (optional) sees (chunks done, chunks).
+Calibration calibrate(const Model& model, const std::vector<int32_t>& tokens, const ImatrixOptions& opt,
+                      const std::function<void(int32_t, int32_t)>& on_chunk = {});
 models::Imatrix collect_imatrix(const Model& model, const std::vector<int32_t>& tokens,
                                 const ImatrixOptions& opt,
                                 const std::function<void(int32_t, int32_t)>& on_chunk = {});

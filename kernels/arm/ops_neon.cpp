@@ -252,6 +252,16 @@ void mul_f32__neon(const float* a, const float* b, float* y, int64_t n) {
   map2(a, b, y, n, [](float32x4_t u, float32x4_t v) { return vmulq_f32(u, v); });
 }
 
+void axpy_f32__neon(float a, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    vst1q_f32(y + i + 4, vfmaq_n_f32(vld1q_f32(y + i + 4), vld1q_f32(x + i + 4), a));
+  }
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
 void fp32_to_fp16__neon(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {

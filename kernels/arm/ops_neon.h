@@ -20,6 +20,7 @@ void rope_f32__neon(float* x, int n_heads, int head_dim, int n_rot, const float*
 void softmax_f32__neon(float* x, int64_t n);
 void swiglu_f32__neon(const float* gate, const float* up, float* out, int64_t n);
 void silu_f32__neon(const float* x, float* y, int64_t n);
+void axpy_f32__neon(float a, const float* x, float* y, int64_t n);
 void gelu_f32__neon(const float* x, float* y, int64_t n);
 void gelu_erf_f32__neon(const float* x, float* y, int64_t n);
 void add_f32__neon(const float* a, const float* b, float* y, int64_t n);

@@ -90,6 +90,7 @@ void gelu_erf_f32__ref(const float* x, float* y, int64_t n);
 void quick_gelu_f32__ref(const float* x, float* y, int64_t n);
 // y = x / (1 + exp(-x))
 void silu_f32__ref(const float* x, float* y, int64_t n);
+void axpy_f32__ref(float a, const float* x, float* y, int64_t n);
 void add_f32__ref(const float* a, const float* b, float* y, int64_t n);
 void mul_f32__ref(const float* a, const float* b, float* y, int64_t n);
 

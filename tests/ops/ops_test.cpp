@@ -262,6 +262,27 @@ TEST_P(ops_elementwise, add_mul_exact) {
   }
 }
 
+TEST_P(ops_elementwise, axpy) {
+  SCOPED_TRACE(trace());
+  for (int64_t n : sizes(rng_)) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const auto x = random_floats(rng_, n, -5, 5), y0 = random_floats(rng_, n, -5, 5);
+    const float a = random_floats(rng_, 1, -3, 3)[0];
+    Buf bx(x), by(y0);
+    ops().axpy(a, bx.p, by.p, n);
+    std::vector<float> r = y0;
+    kernels::axpy_f32__ref(a, x.data(), r.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      // Exact in double; a fused multiply-add rounds once (u |y + a x|), a
+      // multiply then an add twice (u |a x| more).
+      const double ax = (double)a * x[i], want = (double)y0[i] + ax;
+      const double tol = kEps * (std::fabs(want) + std::fabs(ax));
+      ASSERT_NEAR(by.p[i], want, tol) << "i=" << i;
+      ASSERT_NEAR(r[i], want, tol) << "i=" << i << " ref";
+    }
+  }
+}
+
 TEST_P(ops_rope, adjacent_and_halves_partial) {
   SCOPED_TRACE(trace());
   struct Case { int n_heads, head_dim, n_rot; };

@@ -91,20 +91,23 @@ class QualityGates : public ::testing::Test {
     io.n_ctx = kCtx;
     io.max_chunks = 8;
     io.n_threads = kThreads;
-    importance_ = new std::map<std::string, std::vector<float>>(
-        runtime::collect_imatrix(*f16_, rest, io).importance());
+    io.second_moments = true;
+    runtime::Calibration cal = runtime::calibrate(*f16_, rest, io);
+    importance_ = new std::map<std::string, std::vector<float>>(cal.imatrix.importance());
+    moments_ = new gguf::SecondMoments(std::move(cal.moments));
   }
   static void TearDownTestSuite() {
     delete f16_;
     delete tokens_;
     delete importance_;
+    delete moments_;
     std::remove(temp("f16.gguf").c_str());
     std::remove(temp("f16.kld").c_str());
   }
 
   // Quantizes the F16 to `type` and compares it with the base.
   static runtime::KlSummary measure(quant::Type type, const std::vector<gguf::TensorTypeRule>& rules,
-                                    bool weighted) {
+                                    bool weighted, bool compensated = false) {
     const std::string path = temp(std::string(quant::traits(type).name) + ".gguf");
     {
       auto f16 = gguf::File::open(temp("f16.gguf"));
@@ -112,6 +115,7 @@ class QualityGates : public ::testing::Test {
       opt.n_threads = kThreads;
       opt.tensor_types = rules;
       if (weighted) opt.importance = importance_;
+      if (compensated) opt.second_moments = moments_;
       gguf::requantize(*f16, type, opt).write(path);
     }
     auto model = runtime::Model::open(path);
@@ -138,6 +142,7 @@ class QualityGates : public ::testing::Test {
   static inline runtime::Model* f16_ = nullptr;
   static inline std::vector<int32_t>* tokens_ = nullptr;
   static inline std::map<std::string, std::vector<float>>* importance_ = nullptr;
+  static inline gguf::SecondMoments* moments_ = nullptr;
   static inline double ppl_f16_ = 0.0;
 };
 
@@ -164,6 +169,12 @@ TEST_F(QualityGates, SmolLM2Q8_0AndQ4_0WithAndWithoutImatrix) {
           k, want);
     EXPECT_LE(k.kld_mean, want["kld_mean"].get<double>()) << "Q4_0 KLD, imatrix " << weighted;
     EXPECT_LE(k.ppl, want["ppl"].get<double>()) << "Q4_0 perplexity, imatrix " << weighted;
+  }
+  {
+    const nlohmann::json& want = golden_["results"]["Q4_0_imatrix"];
+    const runtime::KlSummary k =
+        measure(quant::Type::Q4_0, {{"token_embd.weight", quant::Type::Q8_0}}, false, true);
+    print("Q4_0 (error-compensated, token_embd Q8_0)", k, want);
   }
 }
 
