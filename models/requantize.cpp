@@ -2,6 +2,7 @@
 #include "models/requantize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -15,6 +16,37 @@
 #include "quant/quantize.h"
 
 namespace lilims::gguf {
+namespace {
+
+// f(0) .. f(n - 1) on up to n_threads threads (the caller's among them);
+// the first exception is rethrown once all have stopped.
+template <typename F>
+void parallel_for(size_t n, int n_threads, F f) {
+  const size_t n_workers = std::min<size_t>(n, static_cast<size_t>(std::max(1, n_threads)));
+  if (n_workers <= 1) {
+    for (size_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto work = [&] {
+    try {
+      for (size_t i; (i = next.fetch_add(1)) < n;) f(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next.store(n);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t k = 1; k < n_workers; ++k) workers.emplace_back(work);
+  work();
+  for (std::thread& th : workers) th.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
 
 int file_type_of(quant::Type type) { return quant::traits(type).file_type; }
 
@@ -189,11 +221,19 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     if (!dst || static_cast<uint32_t>(dst->type) == t.type || t.n_elements == 0) return nullptr;
     return dst;
   };
+  std::vector<std::pair<const std::vector<float>*, int64_t>> to_factor;  // (matrix, n)
   for (size_t k = 0; k < in.tensors().size(); ++k) {
     const quant::TypeTraits* dst = dst_of(k);
     if (!dst) continue;
-    if (const std::vector<float>* m = moments_for(in.tensors()[k], dst->type)) ++factors[m].remaining;
+    if (const std::vector<float>* m = moments_for(in.tensors()[k], dst->type)) {
+      if (factors[m].remaining++ == 0) to_factor.emplace_back(m, static_cast<int64_t>(in.tensors()[k].ne[0]));
+    }
   }
+  // The factorisations (O(n^3) each) run first, one per thread at a time.
+  parallel_for(to_factor.size(), opt.n_threads, [&](size_t i) {
+    factors.at(to_factor[i].first).factor =
+        std::make_shared<const models::GptqFactor>(models::gptq_factor(to_factor[i].first->data(), to_factor[i].second));
+  });
   std::vector<uint8_t> data;
   for (size_t k = 0; k < in.tensors().size(); ++k) {
     const TensorInfo& t = in.tensors()[k];
@@ -208,10 +248,6 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     std::shared_ptr<const models::GptqFactor> factor;
     if (const std::vector<float>* m = moments_for(t, dst->type)) {
       FactorUse& use = factors.at(m);
-      if (!use.factor) {
-        use.factor = std::make_shared<const models::GptqFactor>(
-            models::gptq_factor(m->data(), static_cast<int64_t>(t.ne[0])));
-      }
       factor = use.factor;
       if (--use.remaining == 0) factors.erase(m);
     }
@@ -257,25 +293,8 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
       }
     };
     const uint64_t n_threads = std::min<uint64_t>(rows, static_cast<uint64_t>(std::max(1, opt.n_threads)));
-    if (n_threads <= 1) {
-      convert(0, rows);
-    } else {
-      std::vector<std::thread> workers;
-      std::exception_ptr failure;
-      std::mutex failure_mutex;
-      for (uint64_t k = 0; k < n_threads; ++k) {
-        workers.emplace_back([&, k] {
-          try {
-            convert(rows * k / n_threads, rows * (k + 1) / n_threads);
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(failure_mutex);
-            if (!failure) failure = std::current_exception();
-          }
-        });
-      }
-      for (std::thread& th : workers) th.join();
-      if (failure) std::rethrow_exception(failure);
-    }
+    parallel_for(n_threads, opt.n_threads,
+                 [&](size_t k) { convert(rows * k / n_threads, rows * (k + 1) / n_threads); });
     out.add_tensor(t.name, t.ne, static_cast<uint32_t>(dst->type), data.data(), data.size());
   }
   return out;

@@ -2,6 +2,7 @@
 // an entry averaging every position, and layer 0's Q/K/V entry equals the
 // mean squared input computed here from the GGUF alone (token embedding ->
 // RMSNorm * attn_norm): the observer sees exactly the matmul inputs.
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -65,6 +66,74 @@ TEST(Imatrix, Stories260kLayer0MatchesTheEmbeddingsNorm) {
       // float RMSNorm vs this double one: ~1e-6 relative per element, 2e-6 squared.
       EXPECT_NEAR(got[(size_t)j], want[(size_t)j], 1e-5 * want[(size_t)j] + 1e-12)
           << name << " column " << j;
+    }
+  }
+}
+
+// The second moments E[x x^T] (runtime::calibrate): layer 0's Q/K/V input
+// again from the GGUF alone, now as outer products; weights that read one
+// input share one matrix, and its diagonal is the imatrix's entry.
+TEST(Imatrix, Stories260kSecondMomentsOfLayer0) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
+  auto model = runtime::Model::open(stories_path());
+  std::string text = test::read_file(test::source_path("tests/data/ppl_text.txt"));
+  const std::vector<int32_t> tokens = model->tokenizer().encode(text, true, false);
+  runtime::ImatrixOptions opt;
+  opt.n_ctx = 64;
+  opt.max_chunks = 2;
+  opt.n_threads = 3;
+  opt.n_batch = 16;
+  opt.second_moments = true;
+  const runtime::Calibration cal = runtime::calibrate(*model, tokens, opt);
+  ASSERT_EQ(cal.moments.size(), 36u);
+  for (int l = 0; l < 5; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    EXPECT_EQ(cal.moments.at(p + "attn_q.weight"), cal.moments.at(p + "attn_k.weight"));
+    EXPECT_EQ(cal.moments.at(p + "attn_q.weight"), cal.moments.at(p + "attn_v.weight"));
+    EXPECT_EQ(cal.moments.at(p + "ffn_gate.weight"), cal.moments.at(p + "ffn_up.weight"));
+    EXPECT_NE(cal.moments.at(p + "attn_q.weight"), cal.moments.at(p + "attn_output.weight"));
+    EXPECT_NE(cal.moments.at(p + "attn_q.weight"), cal.moments.at(p + "ffn_gate.weight"));
+    EXPECT_EQ(cal.moments.at(p + "ffn_down.weight")->size(), 172u * 172u);
+  }
+  for (const auto& [name, m] : cal.moments) {
+    const std::vector<float>& diag = cal.imatrix.entries.at(name).mean_sq;
+    const size_t n = diag.size();
+    ASSERT_EQ(m->size(), n * n) << name;
+    for (size_t j = 0; j < n; ++j) {
+      // float sums vs the imatrix's double ones over 128 rows: 128 u relative.
+      EXPECT_NEAR((*m)[j * n + j], diag[j], 128 * 6e-8 * diag[j] + 1e-12) << name << " column " << j;
+    }
+  }
+
+  auto f = gguf::File::open(stories_path());
+  const float* E = reinterpret_cast<const float*>(f->require_tensor("token_embd.weight").data);
+  const float* g = reinterpret_cast<const float*>(f->require_tensor("blk.0.attn_norm.weight").data);
+  const int64_t d = 64;
+  const double eps = model->hparams().norm_eps;
+  std::vector<double> want((size_t)(d * d), 0.0);
+  std::vector<double> y((size_t)d);
+  for (int c = 0; c < 2; ++c) {
+    for (int p = 0; p < 64; ++p) {
+      int32_t tok = tokens[(size_t)c * 64 + p];
+      if (p == 0 && model->tokenizer().add_bos()) tok = model->tokenizer().bos();
+      const float* x = E + (int64_t)tok * d;
+      double ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += (double)x[j] * x[j];
+      const double inv = 1.0 / std::sqrt(ss / d + eps);
+      for (int64_t j = 0; j < d; ++j) y[(size_t)j] = x[j] * inv * g[j];
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < d; ++j) want[(size_t)(i * d + j)] += y[(size_t)i] * y[(size_t)j] / 128;
+      }
+    }
+  }
+  const std::vector<float>& got = *cal.moments.at("blk.0.attn_q.weight");
+  double scale = 0;
+  for (int64_t j = 0; j < d; ++j) scale = std::max(scale, want[(size_t)(j * d + j)]);
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      // Only the lower triangle is kept.  float RMSNorm (~1e-6 relative per
+      // element) and 128 float additions: 1e-5 of the largest entry.
+      EXPECT_NEAR(got[(size_t)(i * d + j)], want[(size_t)(i * d + j)], 1e-5 * scale) << i << ", " << j;
     }
   }
 }
