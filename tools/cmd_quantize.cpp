@@ -121,6 +121,9 @@ int cmd_quantize(int argc, char** argv) {
   if (!calibrate_path.empty() && !imatrix_path.empty()) {
     return lilims::cli::fail("quantize", "--calibrate and --imatrix exclude each other (--calibrate collects its own)");
   }
+  if (!calibrate_path.empty() && opt.method != lilims::quant::QuantMethod::search) {
+    return lilims::cli::fail("quantize", "--calibrate needs the search method");
+  }
 
   if (!calibrate_path.empty()) {
     try {

@@ -76,5 +76,35 @@ TEST(CliQuality, ImatrixAndQuantizeOptions) {
   expect_failure(run({"imatrix", stories_gguf(), "-f", kText}), "imatrix", "an output file is needed", false);
 }
 
+// --calibrate: the error-compensated file is a Q4_0 model that runs, and
+// it differs from the weighted search's (the compensation moved some
+// levels); stdout stays empty.
+TEST(CliQuality, QuantizeCalibrate) {
+  LILIMS_REQUIRE_FILE(stories_gguf(), "../shared/data/stories260K, see its SOURCES.md");
+  const std::string im = tmp_path("c.imatrix"), a = tmp_path("c_gptq.gguf"), b = tmp_path("c_search.gguf");
+  Result r = run({"quantize", stories_gguf(), a, "Q4_0", "--calibrate", kText, "--calibrate-ctx", "128",
+                  "--calibrate-chunks", "2", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, "");
+  r = run({"imatrix", stories_gguf(), "-f", kText, "-o", im, "-c", "128", "--chunks", "2", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  r = run({"quantize", stories_gguf(), b, "Q4_0", "--imatrix", im, "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(read_file(a), read_file(b));
+  r = run({"inspect", a});
+  EXPECT_TRUE(matches(r.out, "[\\s\\S]*blk\\.0\\.attn_output\\.weight +Q4_0[\\s\\S]*")) << r.out;
+  r = run({"perplexity", "-m", a, "-f", kText, "-c", "128", "--chunks", "2", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_TRUE(matches(r.out, "ppl = [0-9.]+\n")) << r.out;
+  expect_failure(run({"quantize", stories_gguf(), a, "Q4_0", "--calibrate", kText, "--imatrix", im}), "quantize",
+                 "--calibrate and --imatrix exclude each other", false);
+  expect_failure(run({"quantize", stories_gguf(), a, "Q4_0", "--calibrate", kText, "--method", "plain"}),
+                 "quantize", "needs the search method");
+  expect_failure(run({"quantize", stories_gguf(), a, "Q4_0", "--calibrate", tmp_path("missing.txt")}),
+                 "quantize", "missing.txt");
+  expect_failure(run({"quantize", stories_gguf(), a, "Q4_0", "--calibrate", kText, "--calibrate-ctx", "100000"}),
+                 "quantize", "chunk size 100000");
+}
+
 }  // namespace
 }  // namespace lilims::test::cli

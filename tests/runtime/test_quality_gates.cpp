@@ -18,15 +18,23 @@
 //    tokens after the scored chunks, so the scored tokens are not in it):
 //    mean KLD and perplexity at most llama.cpp's with its imatrix (0.1339
 //    vs 0.1700; 19.88, +9.2%, vs 20.42).
-// The "Q4_0 within 5% of F16" is printed, not asserted: neither
-// llama.cpp's Q4_0 (+25%) nor ours (+9.2% with the imatrix; an imatrix
-// from 21 chunks instead of 8, a finer scale grid, or the imatrix times
-// Q4_0's default weights all measured no better) reaches it on this 135M
-// model re-quantized from Q4_1 weights.
+//  - Q4_0 error-compensated (models/gptq.h, the second moments of the
+//    same 8 chunks): mean KLD below the weighted search's and at most
+//    llama.cpp's with its imatrix, perplexity at most llama.cpp's (0.0950,
+//    19.03, +4.6%).
+// The "Q4_0 within 5% of F16" is printed, not asserted: only the
+// error-compensated Q4_0 comes near it, and not robustly.  Over 14
+// calibrations (other texts, chunk counts, damping 0.003-0.03, column
+// orders) its perplexity ranged over +4.6% .. +8.4% (mean +6.3%) while
+// its KLD, where measured (4 of them), stayed 0.094-0.101: which weights
+// round which way changes the
+// perplexity of 1020 positions by a few percent, so a 5% threshold would
+// pass or fail by the calibration's luck (and the CPU's rounding).
 //
-// Run time (release, 2 threads): measured 116 s wall, 111 s CPU on the
-// shared 2-core machine under a load of ~3.5 (the three searched
-// quantizations take ~45 s of it, the imatrix ~20 s, each perplexity ~10 s).
+// Run time (release, 2 threads): measured 163 s wall, 170 s CPU on the
+// shared 2-core machine under a load of ~3 (the four searched
+// quantizations take ~75 s of it, calibration with second moments ~35 s,
+// each perplexity ~10 s).
 #include <cmath>
 #include <cstdio>
 
@@ -157,6 +165,7 @@ TEST_F(QualityGates, SmolLM2Q8_0AndQ4_0WithAndWithoutImatrix) {
     EXPECT_LT(std::fabs(k.ppl / ppl_f16_ - 1.0), 0.005) << "Q8_0 perplexity";
     EXPECT_LE(k.kld_mean, want["kld_mean"].get<double>()) << "Q8_0 KLD";
   }
+  double kld_weighted = 0;
   for (const bool weighted : {false, true}) {
     // llama.cpp's Q4_0 without an imatrix, or with its own (collected on the
     // text after the first 10000 bytes, also past the scored tokens).
@@ -169,12 +178,18 @@ TEST_F(QualityGates, SmolLM2Q8_0AndQ4_0WithAndWithoutImatrix) {
           k, want);
     EXPECT_LE(k.kld_mean, want["kld_mean"].get<double>()) << "Q4_0 KLD, imatrix " << weighted;
     EXPECT_LE(k.ppl, want["ppl"].get<double>()) << "Q4_0 perplexity, imatrix " << weighted;
+    if (weighted) kld_weighted = k.kld_mean;
   }
   {
+    // Error-compensated (the second moments of the same 8 chunks): below
+    // the weighted search and llama.cpp's Q4_0 with its imatrix.
     const nlohmann::json& want = golden_["results"]["Q4_0_imatrix"];
     const runtime::KlSummary k =
         measure(quant::Type::Q4_0, {{"token_embd.weight", quant::Type::Q8_0}}, false, true);
     print("Q4_0 (error-compensated, token_embd Q8_0)", k, want);
+    EXPECT_LT(k.kld_mean, kld_weighted) << "Q4_0 KLD, error-compensated vs the weighted search";
+    EXPECT_LE(k.kld_mean, want["kld_mean"].get<double>()) << "Q4_0 KLD, error-compensated";
+    EXPECT_LE(k.ppl, want["ppl"].get<double>()) << "Q4_0 perplexity, error-compensated";
   }
 }
 
