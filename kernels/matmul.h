@@ -51,6 +51,25 @@ struct SourceDone {
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
                          bool allow_repack, SourceDone source_done = {});
 
+// Several row-major GGUF matrices of one type and width stacked into one
+// weight (rows of parts[0], then parts[1], ...), packed as pack_weight would
+// pack their concatenation, without building the concatenation: each part is
+// repacked straight into its groups.  A kernel then computes every row of
+// the stack exactly as it computes that row of its own part.  Only when
+// can_stack says so; throws lilims::Error otherwise.
+struct WeightPart {
+  const void* data = nullptr;  // rows x cols, GGUF row-major
+  int64_t rows = 0;
+  SourceDone source_done;      // as pack_weight's, for this part's bytes
+};
+// True when pack_weight would repack `type` (allow_repack, a repackable
+// type, an ISA with interleaved kernels) and every part but the last has a
+// whole number of the layout's row groups, so that no group mixes parts.  A
+// weight left in the GGUF layout is read in place from the file; stacking
+// it would take a heap copy of what the mapping already holds.
+bool can_stack(quant::Type type, const std::vector<WeightPart>& parts, bool allow_repack);
+PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols);
+
 // --- kernels -------------------------------------------------------------
 
 // The CPU feature a kernel needs beyond its Isa.

@@ -116,9 +116,9 @@ int preferred_layout(quant::Type type) {
   return vnni_enabled() ? kLayoutX16 : kLayoutX4;
 }
 
-PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack, SourceDone source_done) {
-  const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
+namespace {
+
+void check_shape(const quant::TypeTraits* t, quant::Type type, int64_t rows, int64_t cols) {
   if (!t) {
     throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[matmul] unsupported weight type ") +
                                             quant::ggml_type_name((uint32_t)type));
@@ -128,6 +128,29 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
                 "[matmul] bad weight shape " + std::to_string(rows) + " x " + std::to_string(cols) +
                     " for " + t->name);
   }
+}
+
+// Repacks rows x cols GGUF bytes into dst (whole groups of `layout`), in
+// slices of whole groups, telling source_done about each slice once copied.
+void repack_slices(quant::Type type, int layout, const void* data, int64_t rows, int64_t cols,
+                   uint8_t* dst, SourceDone source_done) {
+  constexpr int64_t kSlice = 1024;
+  const int64_t group = quant::layout_group_rows(layout);
+  const size_t src_row = quant::row_bytes(type, cols);
+  const size_t dst_group = quant::repacked_bytes(type, layout, group, cols);
+  for (int64_t r0 = 0; r0 < rows; r0 += kSlice) {
+    const int64_t n = std::min(kSlice, rows - r0);
+    const uint8_t* src = static_cast<const uint8_t*>(data) + (size_t)r0 * src_row;
+    quant::repack(type, layout, src, n, cols, dst + (size_t)(r0 / group) * dst_group);
+    if (source_done.fn) source_done.fn(source_done.user, src, (size_t)n * src_row);
+  }
+}
+
+}  // namespace
+
+PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
+                         bool allow_repack, SourceDone source_done) {
+  check_shape(quant::type_traits((uint32_t)type), type, rows, cols);
   PackedWeight w;
   w.type = type;
   w.rows = rows;
@@ -137,20 +160,46 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
   const int layout = allow_repack ? preferred_layout(type) : kLayoutGguf;
   if (layout != kLayoutGguf) {
     w.storage.resize(quant::repacked_bytes(type, layout, rows, cols));
-    // Slices of whole groups: each lands at its groups' offset.
-    constexpr int64_t kSlice = 1024;
-    const int64_t group = quant::layout_group_rows(layout);
-    const size_t src_row = quant::row_bytes(type, cols);
-    const size_t dst_group = quant::repacked_bytes(type, layout, group, cols);
-    for (int64_t r0 = 0; r0 < rows; r0 += kSlice) {
-      const int64_t n = std::min(kSlice, rows - r0);
-      const uint8_t* src = static_cast<const uint8_t*>(data) + (size_t)r0 * src_row;
-      quant::repack(type, layout, src, n, cols, w.storage.data() + (size_t)(r0 / group) * dst_group);
-      if (source_done.fn) source_done.fn(source_done.user, src, (size_t)n * src_row);
-    }
+    repack_slices(type, layout, data, rows, cols, w.storage.data(), source_done);
     w.data = w.storage.data();
     w.layout = layout;
   }
+  return w;
+}
+
+bool can_stack(quant::Type type, const std::vector<WeightPart>& parts, bool allow_repack) {
+  const int layout = allow_repack ? preferred_layout(type) : kLayoutGguf;
+  if (layout == kLayoutGguf || parts.size() < 2) return false;
+  const int64_t group = quant::layout_group_rows(layout);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i].rows % group != 0) return false;
+  }
+  return true;
+}
+
+PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols) {
+  const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
+  check_shape(t, type, 1, cols);
+  if (!can_stack(type, parts, true)) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[matmul] these weights cannot be stacked into one");
+  }
+  int64_t rows = 0;
+  for (const WeightPart& p : parts) {
+    check_shape(t, type, p.rows, cols);
+    rows += p.rows;
+  }
+  PackedWeight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  w.layout = preferred_layout(type);
+  w.storage.resize(quant::repacked_bytes(type, w.layout, rows, cols));
+  size_t at = 0;
+  for (const WeightPart& p : parts) {
+    repack_slices(type, w.layout, p.data, p.rows, cols, w.storage.data() + at, p.source_done);
+    at += quant::repacked_bytes(type, w.layout, p.rows, cols);
+  }
+  w.data = w.storage.data();
   return w;
 }
 

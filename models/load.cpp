@@ -21,7 +21,8 @@ namespace {
 class Reader {
  public:
   Reader(const gguf::File& f, std::string arch, const LoadOptions& opt)
-      : f_(f), arch_(std::move(arch)), repack_(opt.repack), progress_(opt.progress) {
+      : f_(f), arch_(std::move(arch)), repack_(opt.repack), fuse_(opt.fuse_projections),
+        progress_(opt.progress) {
     for (const gguf::TensorInfo& t : f_.tensors()) total_bytes_ += t.n_bytes;
   }
 
@@ -67,7 +68,9 @@ class Reader {
     return out;
   }
 
-  Weight weight(const std::string& name, int64_t rows, int64_t cols, bool repack = true) {
+  // A 2-D weight in a type the kernels read (re-quantized if need be), not
+  // yet packed: pack() or stack() it.
+  Weight source(const std::string& name, int64_t rows, int64_t cols) {
     const gguf::TensorInfo& t = f_.require_tensor(name);
     if (t.ne.size() != 2 || (int64_t)t.ne[0] != cols || (int64_t)t.ne[1] != rows) {
       std::string shape;
@@ -76,20 +79,63 @@ class Reader {
                                      std::to_string(cols) + " x " + std::to_string(rows) + "]");
     }
     Weight w = weight_of(t, name, rows, cols);
-    // A repacked weight is read from its copy: its file pages need not stay
-    // resident beside it, and go slice by slice, so the load never holds both.
-    kernels::SourceDone drop = drop_copied_pages(f_);
-    if (!quant::type_traits(t.type)) {
-      requantize(t, w);
-      drop = {};  // the source is the heap copy, not the file
-    }
-    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack && repack_, drop);
+    if (!quant::type_traits(t.type)) requantize(t, w);
+    return w;
+  }
+
+  // Packs a source() for the kernels.  A repacked weight is read from its
+  // copy: its file pages need not stay resident beside it, and go slice by
+  // slice, so the load never holds both.
+  void pack(Weight& w, bool repack = true) {
+    w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w));
     if (w.requantized && !w.packed.storage.empty()) {
       w.requantized.reset();  // the kernels read the repacked copy
       w.data = nullptr;
     }
-    take(t);
+    take(f_.require_tensor(w.name));
+  }
+
+  Weight weight(const std::string& name, int64_t rows, int64_t cols, bool repack = true) {
+    Weight w = source(name, rows, cols);
+    pack(w, repack);
     return w;
+  }
+
+  // Weights that read the same input, stacked into `into` (rows of parts[0],
+  // then parts[1], ...; biases likewise) when fusion is on and the kernels
+  // can stack them (one type, whole row groups: kernels::can_stack); the
+  // parts are then cleared.  Otherwise each is packed on its own and `into`
+  // stays absent.  Returns whether it stacked.
+  bool stack(const std::vector<Weight*>& parts, Weight& into) {
+    std::vector<kernels::WeightPart> wp;
+    bool same = fuse_;
+    for (const Weight* w : parts) {
+      wp.push_back({w->data, w->rows, drop_for(*w)});
+      same = same && w->type == parts[0]->type && w->cols == parts[0]->cols &&
+             w->bias.empty() == parts[0]->bias.empty();
+    }
+    if (!same || !kernels::can_stack(parts[0]->type, wp, repack_)) {
+      for (Weight* w : parts) pack(*w);
+      return false;
+    }
+    Weight s;
+    s.type = parts[0]->type;
+    s.cols = parts[0]->cols;
+    s.file_type = parts[0]->file_type;
+    for (const Weight* w : parts) {
+      s.name += (s.name.empty() ? "" : "+") + w->name;
+      s.parts.push_back(w->name);
+      s.rows += w->rows;
+      s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
+      if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;
+    }
+    s.packed = kernels::pack_stacked(s.type, wp, s.cols);
+    for (Weight* w : parts) {
+      take(f_.require_tensor(w->name));
+      *w = Weight{};  // releases a re-quantized copy: the stack holds its rows
+    }
+    into = std::move(s);
+    return true;
   }
 
   // Tensors re-quantized so far, by source type, for the load's notice.
@@ -164,9 +210,16 @@ class Reader {
     if (!taken_.count(t.name)) ++requantized_[std::string(src->name) + " -> " + quant::traits(to).name];
   }
 
+  // A file-backed weight's pages go once copied; a re-quantized one's bytes
+  // are on the heap, not the file's.
+  kernels::SourceDone drop_for(const Weight& w) const {
+    return w.requantized ? kernels::SourceDone{} : drop_copied_pages(f_);
+  }
+
   const gguf::File& f_;
   std::string arch_;
   bool repack_;
+  bool fuse_;
   const std::function<void(float)>& progress_;
   std::set<std::string> taken_;
   std::map<std::string, int> requantized_;
@@ -243,13 +296,19 @@ void load_llama(Reader& r, Model& m) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer& L = m.layers[(size_t)l];
     L.attn_norm = r.rms_norm(p + "attn_norm", d);
-    L.wq = r.weight(p + "attn_q.weight", q, d);
-    L.wk = r.weight(p + "attn_k.weight", kv, d);
-    L.wv = r.weight(p + "attn_v.weight", kv, d);
+    L.wq = r.source(p + "attn_q.weight", q, d);
+    L.wk = r.source(p + "attn_k.weight", kv, d);
+    L.wv = r.source(p + "attn_v.weight", kv, d);
+    m.n_fused += r.stack({&L.wq, &L.wk, &L.wv}, L.wqkv);
     L.wo = r.weight(p + "attn_output.weight", d, q);
     L.ffn_norm = r.rms_norm(p + "ffn_norm", d);
-    L.w_gate = r.weight(p + "ffn_gate.weight", hp.n_ff, d);
-    L.w_up = r.weight(p + "ffn_up.weight", hp.n_ff, d);
+    L.w_gate = r.source(p + "ffn_gate.weight", hp.n_ff, d);
+    L.w_up = r.source(p + "ffn_up.weight", hp.n_ff, d);
+    Weight gate_up;
+    if (r.stack({&L.w_gate, &L.w_up}, gate_up)) {
+      L.w_up = std::move(gate_up);
+      ++m.n_fused;
+    }
     L.w_down = r.weight(p + "ffn_down.weight", d, hp.n_ff);
   }
   // Llama 3's frequency scaling, as the converter stores it.

@@ -58,6 +58,10 @@ struct Weight {
   std::shared_ptr<const std::vector<uint8_t>> requantized;
   uint32_t file_type = 0;       // the GGML type the file stores it in
   std::vector<float> bias;      // (rows) or empty
+  // A weight fused at load from several file tensors: their names, in the
+  // order their rows are stacked (each keeps its own name for imatrix and
+  // the like).  Empty for a weight that is one file tensor (`name`).
+  std::vector<std::string> parts;
   bool present() const { return rows > 0; }
 };
 
@@ -79,12 +83,16 @@ struct Layer {
   Weight wq;      // (n_head * head_dim, n_embd)
   Weight wk;      // (n_head_kv * head_dim, n_embd)
   Weight wv;      // (n_head_kv * head_dim, n_embd)
-  // ... or one fused [Q; K; V] (phi3): (q_dim + 2 kv_dim, n_embd)
+  // ... or one fused [Q; K; V]: (q_dim + 2 kv_dim, n_embd), as phi3 files
+  // hold it, or stacked at load from attn_q, attn_k and attn_v (`parts`;
+  // wq, wk and wv are then absent).
   Weight wqkv;
   Weight wo;      // (n_embd, n_head * head_dim)
   Norm ffn_norm;  // empty for phi2 (attention and MLP share attn_norm)
   Weight w_gate;  // (n_ff, n_embd)      llama2.c w1; absent for phi2, phi3
-  Weight w_up;    // (n_ff, n_embd)      llama2.c w3; phi3: [gate; up] (2 n_ff, n_embd)
+  Weight w_up;    // (n_ff, n_embd)      llama2.c w3; or [gate; up] (2 n_ff, n_embd), as
+                  // phi3 files hold it or stacked at load from ffn_gate and ffn_up
+                  // (`parts`; w_gate is then absent)
   Weight w_down;  // (n_embd, n_ff)      llama2.c w2
 
   // Every projection, present or not.
@@ -108,6 +116,7 @@ struct Model {
   size_t requantized_bytes = 0;   // re-quantized weights read as they are (not repacked)
   size_t n_requantized = 0;       // tensors re-quantized at load
   double repack_seconds = 0.0;
+  size_t n_fused = 0;             // weights stacked at load from several tensors
   std::unique_ptr<gguf::File> file;  // owns the mapping every Weight points into
 
   // Weight bytes the kernels read from the file mapping (neither repacked
@@ -117,6 +126,12 @@ struct Model {
 
 struct LoadOptions {
   bool repack = true;  // let the matmul kernels repack weights at load
+  // Stack each llama layer's Q, K, V projections into one weight, and its
+  // gate and up projections into another, so each runs as one matmul (the
+  // logits do not change).  Only for repacked weights of one type whose row
+  // counts are whole row groups of the layout (kernels::can_stack); the
+  // others stay separate.
+  bool fuse_projections = true;
   // Called after each tensor is read (repacked) with the fraction of the
   // file's tensor bytes done so far (nondecreasing, 1 after the last).  It
   // may throw to abandon the load: everything built so far is freed.

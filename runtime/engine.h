@@ -24,6 +24,9 @@ namespace lilims::runtime {
 struct ModelOptions {
   bool use_mmap = true;
   bool repack = true;
+  // models::LoadOptions::fuse_projections; the environment variable
+  // LILIMS_FUSE=0 turns it off for every model a process opens.
+  bool fuse_projections = true;
   // Bytes the model may take (model_memory_estimate); 0: what the machine
   // has available.  Checked before the weights are read or allocated.
   uint64_t memory_budget = 0;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/error.h"
 #include "graph/executor.h"
@@ -37,20 +38,23 @@ void add_moments(std::vector<float>& m, const float* a, int64_t lda, int32_t row
 }
 
 struct Collector {
-  std::unordered_map<const kernels::PackedWeight*, Accumulator*> by_weight;
+  // A weight stacked at load from several file tensors (models::Weight::
+  // parts) feeds each of theirs: they all read its input.
+  std::unordered_map<const kernels::PackedWeight*, std::vector<Accumulator*>> by_weight;
 
   static void observe(void* user, const kernels::PackedWeight& w, const float* a, int64_t lda,
                       int32_t rows) {
     auto* self = static_cast<Collector*>(user);
     const auto it = self->by_weight.find(&w);
     if (it == self->by_weight.end()) return;
-    Accumulator& acc = *it->second;
-    for (int32_t t = 0; t < rows; ++t) {
-      const float* x = a + (int64_t)t * lda;
-      for (size_t j = 0; j < acc.sum_sq.size(); ++j) acc.sum_sq[j] += (double)x[j] * x[j];
+    for (Accumulator* acc : it->second) {
+      for (int32_t t = 0; t < rows; ++t) {
+        const float* x = a + (int64_t)t * lda;
+        for (size_t j = 0; j < acc->sum_sq.size(); ++j) acc->sum_sq[j] += (double)x[j] * x[j];
+      }
+      acc->rows += rows;
+      if (acc->moments) add_moments(*acc->moments, a, lda, rows, acc->sum_sq.size());
     }
-    acc.rows += rows;
-    if (acc.moments) add_moments(*acc.moments, a, lda, rows, acc.sum_sq.size());
   }
 };
 
@@ -71,7 +75,8 @@ Calibration calibrate(const Model& model, const std::vector<int32_t>& tokens, co
                     " tokens; at least one chunk of " + std::to_string(opt.n_ctx) + " is needed");
   }
   const models::Model& w = model.weights();
-  // Every matmul weight, by name (a tied head is token_embd.weight).
+  // Every matmul weight, by the name of its file tensor (a tied head is
+  // token_embd.weight; a stacked weight gives one entry per tensor).
   std::unordered_map<std::string, Accumulator> acc;
   // Which weight's moments each weight reads (itself, or the first of the
   // weights that share its input).
@@ -79,15 +84,21 @@ Calibration calibrate(const Model& model, const std::vector<int32_t>& tokens, co
   Collector collector;
   auto add = [&](const models::Weight& weight, const models::Weight* shares) {
     if (!weight.present()) return;
-    Accumulator& a = acc[weight.name];
-    a.sum_sq.assign((size_t)weight.cols, 0.0);
-    collector.by_weight[&weight.packed] = &a;
-    if (!opt.second_moments) return;
-    if (shares && shares->present() && shares != &weight) {
-      moments_of[weight.name] = shares->name;
-    } else {
-      a.moments = std::make_shared<std::vector<float>>((size_t)(weight.cols * weight.cols), 0.0f);
-      moments_of[weight.name] = weight.name;
+    const std::vector<std::string> names =
+        weight.parts.empty() ? std::vector<std::string>{weight.name} : weight.parts;
+    for (size_t i = 0; i < names.size(); ++i) {
+      Accumulator& a = acc[names[i]];
+      a.sum_sq.assign((size_t)weight.cols, 0.0);
+      collector.by_weight[&weight.packed].push_back(&a);
+      if (!opt.second_moments) continue;
+      if (i > 0) {  // the parts of a stack share its first one's
+        moments_of[names[i]] = names[0];
+      } else if (shares && shares->present() && shares != &weight) {
+        moments_of[names[i]] = shares->name;
+      } else {
+        a.moments = std::make_shared<std::vector<float>>((size_t)(weight.cols * weight.cols), 0.0f);
+        moments_of[names[i]] = names[i];
+      }
     }
   };
   for (const models::Layer& layer : w.layers) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -141,6 +142,8 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Model
   report(opt, kTensorsFrom);
   models::LoadOptions lo;
   lo.repack = opt.repack;
+  const char* fuse = std::getenv("LILIMS_FUSE");
+  lo.fuse_projections = opt.fuse_projections && !(fuse && std::strcmp(fuse, "0") == 0);
   if (opt.progress) {
     lo.progress = [&opt](float f) { report(opt, kTensorsFrom + (kTensorsTo - kTensorsFrom) * f); };
   }
