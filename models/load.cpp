@@ -141,9 +141,14 @@ class Reader {
   // Tensors re-quantized so far, by source type, for the load's notice.
   const std::map<std::string, int>& requantized() const { return requantized_; }
   // A weight "P.weight" with its bias "P.bias" (rows), which must exist.
-  Weight biased(const std::string& prefix, int64_t rows, int64_t cols) {
-    Weight w = weight(prefix + ".weight", rows, cols);
+  Weight biased_source(const std::string& prefix, int64_t rows, int64_t cols) {
+    Weight w = source(prefix + ".weight", rows, cols);
     w.bias = vector(prefix + ".bias", rows);
+    return w;
+  }
+  Weight biased(const std::string& prefix, int64_t rows, int64_t cols) {
+    Weight w = biased_source(prefix, rows, cols);
+    pack(w);
     return w;
   }
   Norm rms_norm(const std::string& prefix, int64_t n) { return Norm{vector(prefix + ".weight", n), {}}; }
@@ -328,9 +333,10 @@ void load_phi2(Reader& r, Model& m) {
     if (r.has_tensor(p + "attn_qkv.weight")) {
       L.wqkv = r.biased(p + "attn_qkv", q + 2 * kv, d);
     } else {
-      L.wq = r.biased(p + "attn_q", q, d);
-      L.wk = r.biased(p + "attn_k", kv, d);
-      L.wv = r.biased(p + "attn_v", kv, d);
+      L.wq = r.biased_source(p + "attn_q", q, d);
+      L.wk = r.biased_source(p + "attn_k", kv, d);
+      L.wv = r.biased_source(p + "attn_v", kv, d);
+      m.n_fused += r.stack({&L.wq, &L.wk, &L.wv}, L.wqkv);
     }
     L.wo = r.biased(p + "attn_output", d, q);
     L.w_up = r.biased(p + "ffn_up", hp.n_ff, d);

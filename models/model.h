@@ -126,11 +126,11 @@ struct Model {
 
 struct LoadOptions {
   bool repack = true;  // let the matmul kernels repack weights at load
-  // Stack each llama layer's Q, K, V projections into one weight, and its
-  // gate and up projections into another, so each runs as one matmul (the
-  // logits do not change).  Only for repacked weights of one type whose row
-  // counts are whole row groups of the layout (kernels::can_stack); the
-  // others stay separate.
+  // Stack each layer's separate Q, K, V projections (llama, phi2; biases
+  // too) into one weight, and a llama layer's gate and up projections into
+  // another, so each runs as one matmul (the logits do not change).  Only
+  // for repacked weights of one type whose row counts are whole row groups
+  // of the layout (kernels::can_stack); the others stay separate.
   bool fuse_projections = true;
   // Called after each tensor is read (repacked) with the fraction of the
   // file's tensor bytes done so far (nondecreasing, 1 after the last).  It

@@ -126,6 +126,32 @@ TEST(FusedProjections, Stories260kLogitsBitIdentical) {
   }
 }
 
+// Phi-2 with separate Q, K, V projections and biases: the biases are
+// stacked with the rows.
+TEST(FusedProjections, Phi2WithBiasesLogitsBitIdentical) {
+  auto f = gguf::File::open(test::source_path("tests/data/tiny/phi2.gguf"));
+  ASSERT_NE(f->find_tensor("blk.0.attn_q.bias"), nullptr);
+  gguf::RequantizeOptions ro;
+  ro.method = quant::QuantMethod::plain;
+  const std::vector<uint8_t> bytes = gguf::requantize(*f, quant::Type::Q8_0, ro).to_bytes();
+  auto on = runtime::Model::open_memory(bytes.data(), bytes.size(), fused(true));
+  auto off = runtime::Model::open_memory(bytes.data(), bytes.size(), fused(false));
+  const models::Model& w = on->weights();
+  const int layout = kernels::preferred_layout(quant::Type::Q8_0);
+  // 64-row Q, K and V: whole groups of every layout; phi2 has no gate
+  EXPECT_EQ(w.n_fused, layout == kernels::kLayoutGguf ? 0u : (size_t)w.hp.n_layer);
+  if (w.n_fused > 0) {
+    const models::Layer& L = w.layers[1];
+    const models::Layer& S = off->weights().layers[1];
+    std::vector<float> bias = S.wq.bias;
+    bias.insert(bias.end(), S.wk.bias.begin(), S.wk.bias.end());
+    bias.insert(bias.end(), S.wv.bias.begin(), S.wv.bias.end());
+    EXPECT_EQ(L.wqkv.bias, bias);
+  }
+  const std::vector<int32_t> prompt(kStoriesPrompt.begin(), kStoriesPrompt.end() - 2);
+  expect_same_logits(*on, *off, prompt, {models::ExecMode::fast, models::ExecMode::ref});
+}
+
 TEST(FusedProjections, SmolLM2LogitsBitIdentical) {
   LILIMS_REQUIRE_FILE(test::smollm2_path(), "scripts/fetch_model.sh fetches it");
   auto on = runtime::Model::open(test::smollm2_path(), fused(true));
