@@ -219,13 +219,16 @@ TEST(FusedProjections, StackedWeightsKeepNamesAndMemory) {
   }
 }
 
-// imatrix keys its entries by file tensor: a stacked weight gives attn_q,
-// attn_k and attn_v (ffn_gate and ffn_up) entries, equal to the separate ones.
-TEST(FusedProjections, ImatrixEntriesEqualSeparate) {
+// imatrix and calibration key their entries by file tensor: a stacked weight
+// gives attn_q, attn_k and attn_v (ffn_gate and ffn_up) entries and second
+// moments, equal to the separate ones.
+TEST(FusedProjections, CalibrationEntriesEqualSeparate) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
   const std::vector<uint8_t> bytes = stories_as(quant::Type::Q8_0);
   auto on = runtime::Model::open_memory(bytes.data(), bytes.size(), fused(true));
   auto off = runtime::Model::open_memory(bytes.data(), bytes.size(), fused(false));
+  ASSERT_EQ(on->weights().n_fused, expected_fused(on->weights(), quant::Type::Q8_0,
+                                                  quant::Type::Q8_0, quant::Type::Q8_0));
   const std::string text = test::read_file(test::source_path("tests/data/ppl_text.txt"));
   const std::vector<int32_t> tokens = on->tokenizer().encode(text, true, false);
   runtime::ImatrixOptions opt;
@@ -233,17 +236,35 @@ TEST(FusedProjections, ImatrixEntriesEqualSeparate) {
   opt.max_chunks = 2;
   opt.n_threads = 2;
   opt.n_batch = 16;
-  const models::Imatrix a = runtime::collect_imatrix(*on, tokens, opt);
-  const models::Imatrix b = runtime::collect_imatrix(*off, tokens, opt);
-  ASSERT_EQ(a.entries.size(), 36u);  // 5 layers x (q, k, v, o, gate, up, down) + output
-  ASSERT_EQ(a.entries.size(), b.entries.size());
-  for (const auto& [name, e] : b.entries) {
-    ASSERT_TRUE(a.entries.count(name)) << name;
-    const models::ImatrixEntry& f = a.entries.at(name);
+  opt.second_moments = true;
+  const runtime::Calibration a = runtime::calibrate(*on, tokens, opt);
+  const runtime::Calibration b = runtime::calibrate(*off, tokens, opt);
+  ASSERT_EQ(a.imatrix.entries.size(), 36u);  // 5 layers x (q, k, v, o, gate, up, down) + output
+  ASSERT_EQ(a.imatrix.entries.size(), b.imatrix.entries.size());
+  for (const auto& [name, e] : b.imatrix.entries) {
+    ASSERT_TRUE(a.imatrix.entries.count(name)) << name;
+    const models::ImatrixEntry& f = a.imatrix.entries.at(name);
     EXPECT_EQ(f.n_rows, e.n_rows) << name;
     ASSERT_EQ(f.mean_sq.size(), e.mean_sq.size()) << name;
     EXPECT_EQ(0, std::memcmp(f.mean_sq.data(), e.mean_sq.data(), e.mean_sq.size() * sizeof(float)))
         << name;
+  }
+  ASSERT_EQ(a.moments.size(), 36u);
+  ASSERT_EQ(a.moments.size(), b.moments.size());
+  for (const auto& [name, m] : b.moments) {
+    ASSERT_TRUE(a.moments.count(name)) << name;
+    const std::vector<float>& f = *a.moments.at(name);
+    ASSERT_EQ(f.size(), m->size()) << name;
+    EXPECT_EQ(0, std::memcmp(f.data(), m->data(), f.size() * sizeof(float))) << name;
+  }
+  // q, k and v share one matrix, as gate and up do, fused or not
+  EXPECT_EQ(a.moments.at("blk.2.attn_v.weight"), a.moments.at("blk.2.attn_q.weight"));
+  EXPECT_EQ(a.moments.at("blk.2.ffn_up.weight"), a.moments.at("blk.2.ffn_gate.weight"));
+  // and the plain imatrix is the calibration's
+  opt.second_moments = false;
+  const models::Imatrix plain = runtime::collect_imatrix(*on, tokens, opt);
+  for (const auto& [name, e] : plain.entries) {
+    EXPECT_EQ(e.mean_sq, a.imatrix.entries.at(name).mean_sq) << name;
   }
 }
 
