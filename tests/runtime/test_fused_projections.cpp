@@ -11,7 +11,9 @@
 // GGUF layout, which is never stacked: there the test checks that nothing was
 // fused).  ExecMode::ref and oracle_f32 run the scalar kernels over the
 // stacked layout in the same process.
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "kernels/cpu.h"
 #include "models/gguf.h"
@@ -20,6 +22,7 @@
 #include "quant/repack.h"
 #include "runtime/engine.h"
 #include "runtime/imatrix.h"
+#include "runtime/manifest.h"
 #include "test_util.h"
 
 namespace lilims {
@@ -266,6 +269,34 @@ TEST(FusedProjections, CalibrationEntriesEqualSeparate) {
   for (const auto& [name, e] : plain.entries) {
     EXPECT_EQ(e.mean_sq, a.imatrix.entries.at(name).mean_sq) << name;
   }
+}
+
+// A manifest hashes the file's tensors, which stacking leaves as they are
+// (it drops the copied pages of a mapping, which read back from the file):
+// checked at load and again on the open, fused model, it still matches.
+TEST(FusedProjections, ManifestStillMatchesAfterStacking) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
+  const std::vector<uint8_t> bytes = stories_as(quant::Type::Q4_0);
+  const std::string model_path = testing::TempDir() + "fused_stories_q4_0.gguf";
+  const std::string manifest_path = testing::TempDir() + "fused_stories_q4_0.json";
+  {
+    std::ofstream m(model_path, std::ios::binary);
+    m.write(reinterpret_cast<const char*>(bytes.data()), (std::streamsize)bytes.size());
+    std::ofstream j(manifest_path);
+    j << runtime::make_manifest(*gguf::File::from_bytes(bytes.data(), bytes.size()),
+                                runtime::ManifestInfo());
+  }
+  runtime::ModelOptions mo = fused(true);
+  mo.manifest_path = manifest_path;
+  auto model = runtime::Model::open(model_path, mo);
+  const quant::Type t = quant::Type::Q4_0;
+  EXPECT_EQ(model->weights().n_fused, expected_fused(model->weights(), t, t, t));
+  runtime::ManifestCheck check;
+  check.file_hash = true;
+  EXPECT_NO_THROW(runtime::check_manifest(*model->weights().file,
+                                          runtime::read_manifest_file(manifest_path), check));
+  std::remove(model_path.c_str());
+  std::remove(manifest_path.c_str());
 }
 
 // LILIMS_FUSE=0 turns fusion off for every load, whatever the options say.

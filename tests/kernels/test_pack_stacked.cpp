@@ -1,0 +1,104 @@
+// kernels::pack_stacked: weights stacked row-wise must be the bytes
+// pack_weight makes of their concatenation, with each part's slices reported
+// as copied; can_stack refuses parts that would share a row group and weights
+// pack_weight leaves in the GGUF layout.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/matmul.h"
+#include "matmul_test_util.h"
+#include "quant/quant.h"
+#include "quant/repack.h"
+
+namespace lilims {
+namespace {
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> b(n);
+  for (uint8_t& x : b) x = (uint8_t)rng();
+  return b;
+}
+
+// The byte ranges a SourceDone was told about.
+struct Seen {
+  std::vector<std::pair<const void*, size_t>> slices;
+  static void fn(void* user, const void* p, size_t n) { static_cast<Seen*>(user)->slices.push_back({p, n}); }
+};
+
+TEST(PackStacked, EqualsPackingTheConcatenation) {
+  const int64_t cols = 96;
+  for (quant::Type type : {quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::Q4_1}) {
+    const int layout = kernels::preferred_layout(type);
+    if (layout == kernels::kLayoutGguf) GTEST_SKIP() << "the ref path repacks nothing";
+    const int64_t g = quant::layout_group_rows(layout);
+    // whole groups, then a last part with a partial group (padded at the end)
+    const std::vector<int64_t> rows = {4 * g, g, 2 * g + 3};
+    const uint64_t seed = test::base_seed() + (uint64_t)type;
+    SCOPED_TRACE(std::string(quant::traits(type).name) + " seed " + std::to_string(seed));
+    const size_t rb = quant::row_bytes(type, cols);
+    std::vector<std::vector<uint8_t>> parts;
+    std::vector<uint8_t> all;
+    std::vector<Seen> seen(rows.size());
+    std::vector<kernels::WeightPart> wp;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      parts.push_back(random_bytes(rb * (size_t)rows[i], seed + i));
+      all.insert(all.end(), parts[i].begin(), parts[i].end());
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      wp.push_back({parts[i].data(), rows[i], kernels::SourceDone{&Seen::fn, &seen[i]}});
+    }
+    ASSERT_TRUE(kernels::can_stack(type, wp, true));
+    const kernels::PackedWeight s = kernels::pack_stacked(type, wp, cols);
+    const kernels::PackedWeight c =
+        kernels::pack_weight(type, all.data(), (int64_t)all.size() / (int64_t)rb, cols, true);
+    EXPECT_EQ(s.rows, c.rows);
+    EXPECT_EQ(s.layout, c.layout);
+    EXPECT_EQ(s.data, s.storage.data());
+    EXPECT_EQ(s.storage, c.storage);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      size_t n = 0;
+      for (const auto& [p, bytes] : seen[i].slices) {
+        EXPECT_EQ(p, parts[i].data() + n) << "part " << i;
+        n += bytes;
+      }
+      EXPECT_EQ(n, parts[i].size()) << "part " << i;
+    }
+  }
+}
+
+TEST(PackStacked, RefusesPartsSharingAGroup) {
+  const quant::Type type = quant::Type::Q8_0;
+  const int layout = kernels::preferred_layout(type);
+  std::vector<uint8_t> bytes(quant::row_bytes(type, 32) * 64);
+  // parts of these row counts, all over the same bytes
+  auto parts = [&](std::initializer_list<int64_t> rows) {
+    std::vector<kernels::WeightPart> p;
+    for (int64_t r : rows) p.push_back({bytes.data(), r, {}});
+    return p;
+  };
+  if (layout == kernels::kLayoutGguf) {
+    EXPECT_FALSE(kernels::can_stack(type, parts({16, 16}), true));
+    GTEST_SKIP() << "the ref path repacks nothing";
+  }
+  const int64_t g = quant::layout_group_rows(layout);
+  EXPECT_TRUE(kernels::can_stack(type, parts({g, 3}), true));
+  EXPECT_FALSE(kernels::can_stack(type, parts({g + 2, g}), true));
+  EXPECT_FALSE(kernels::can_stack(type, parts({g, g}), false));
+  EXPECT_FALSE(kernels::can_stack(quant::Type::F16, parts({g, g}), true));
+  EXPECT_FALSE(kernels::can_stack(type, parts({g}), true));
+  try {
+    kernels::pack_stacked(type, parts({g + 2, g}), 32);
+    FAIL() << "stacked parts that share a group";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), LILIMS_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(std::string(e.what()).rfind("[matmul]", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lilims
