@@ -235,13 +235,15 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       "\"tg_tps\": %.3f, \"tg_tps_min\": %.3f, \"tg_tps_max\": %.3f, "
       "\"ttft_ms\": %.3f, \"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, "
       "\"load_ms\": %.3f, \"peak_rss_mb\": %.1f, \"n_params\": %llu, "
-      "\"decode_weight_bytes\": %llu, \"kv_commit\": \"%s\", \"chunk_layers\": %d}\n",
+      "\"decode_weight_bytes\": %llu, \"fused_weights\": %zu, \"kv_commit\": \"%s\", "
+      "\"chunk_layers\": %d}\n",
       json_escape(model_path).c_str(), json_escape(model.name()).c_str(),
       kernels::kernel_path_name(), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
       r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
       r.tg.median, r.tg.min, r.tg.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, load_ms,
       r.peak_rss_mb, (unsigned long long)model.weights().n_params,
-      (unsigned long long)decode_weight_bytes(model.weights()), graph::kv_commit_name(r.cfg.commit),
+      (unsigned long long)decode_weight_bytes(model.weights()), model.weights().n_fused,
+      graph::kv_commit_name(r.cfg.commit),
       o.common.chunk_layers);
   std::fflush(stdout);
 }

@@ -87,6 +87,8 @@ TEST(CliBench, JsonLineHasEveryKeyWithPositiveFiniteFigures) {
   // counted once, through the embedding table).
   EXPECT_LE(j["decode_weight_bytes"].get<double>(),
             (double)std::filesystem::file_size(stories_gguf()));
+  // stories260K is F32: read in place, nothing stacked
+  EXPECT_EQ(j["fused_weights"], 0);
 }
 
 TEST(CliBench, OneJsonLinePerConfiguration) {
