@@ -11,6 +11,8 @@
 // GGUF layout, which is never stacked: there the test checks that nothing was
 // fused).  ExecMode::ref and oracle_f32 run the scalar kernels over the
 // stacked layout in the same process.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -277,8 +279,11 @@ TEST(FusedProjections, CalibrationEntriesEqualSeparate) {
 TEST(FusedProjections, ManifestStillMatchesAfterStacking) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
   const std::vector<uint8_t> bytes = stories_as(quant::Type::Q4_0);
-  const std::string model_path = testing::TempDir() + "fused_stories_q4_0.gguf";
-  const std::string manifest_path = testing::TempDir() + "fused_stories_q4_0.json";
+  // The process id in the names: ctest runs this suite once per kernel path,
+  // possibly at the same time.
+  const std::string stem = testing::TempDir() + "fused_stories_q4_0_" + std::to_string(getpid());
+  const std::string model_path = stem + ".gguf";
+  const std::string manifest_path = stem + ".json";
   {
     std::ofstream m(model_path, std::ios::binary);
     m.write(reinterpret_cast<const char*>(bytes.data()), (std::streamsize)bytes.size());
