@@ -22,8 +22,7 @@ struct ImatrixOptions {
   int n_threads = 1;
   int32_t n_batch = 64;
   // Also the second moments E[x x^T] of each matmul's input (n_cols^2
-  // floats per distinct input: ~0.4 GB for SmolLM2-135M), for
-  // quantize_row_gptq.
+  // floats per distinct input), for models::quantize_row_gptq.
   bool second_moments = false;
 };
 
