@@ -13,6 +13,7 @@ namespace lilims::models {
 namespace {
 
 using quant::kBlock;
+using quant::round_clamp;
 using quant::Type;
 
 // In place on the lower triangle of s (n x n row-major, holding H):
@@ -47,13 +48,6 @@ void upper_inverse(const float* s, int64_t n, float* u, const kernels::OpsTable&
   }
 }
 
-int round_clamp(float v, int lo, int hi) {
-  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
-  v = v > flo ? v : flo;
-  v = v < fhi ? v : fhi;
-  return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
-}
-
 // A block's scale, minimum and level range, as the block dequantizes them.
 struct Grid {
   float d = 0, m = 0;
@@ -83,29 +77,6 @@ Grid grid_of(Type type, const void* block) {
       break;
   }
   return g;
-}
-
-// Writes the levels q into the block, whose scale (and minimum) stay.
-void set_levels(Type type, void* block, const int* q) {
-  switch (type) {
-    case Type::Q4_0: {
-      auto* b = static_cast<quant::BlockQ4_0*>(block);
-      for (int j = 0; j < kBlock / 2; ++j) {
-        b->qs[j] = static_cast<uint8_t>((q[j] + 8) | ((q[j + kBlock / 2] + 8) << 4));
-      }
-      break;
-    }
-    case Type::Q4_1: {
-      auto* b = static_cast<quant::BlockQ4_1*>(block);
-      for (int j = 0; j < kBlock / 2; ++j) b->qs[j] = static_cast<uint8_t>(q[j] | (q[j + kBlock / 2] << 4));
-      break;
-    }
-    default: {
-      auto* b = static_cast<quant::BlockQ8_0*>(block);
-      for (int j = 0; j < kBlock; ++j) b->q[j] = static_cast<int8_t>(q[j]);
-      break;
-    }
-  }
 }
 
 }  // namespace
@@ -173,7 +144,7 @@ bool quantize_row_gptq(Type type, const float* src, void* dst, int64_t n, const 
       err[j] = (w[c] - g.value(q[j])) / uc[c];
       for (int k = j + 1; k < kBlock; ++k) w[j0 + k] -= err[j] * uc[j0 + k];
     }
-    set_levels(type, block, q);
+    quant::set_block_levels(type, block, q);
     // The block's errors onto every later column at once.
     if (j0 + kBlock < n) {
       for (int j = 0; j < kBlock; ++j) {

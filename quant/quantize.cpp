@@ -37,17 +37,6 @@ double block_sse(Type t, const void* block, const float* x, const float* w = nul
   });
 }
 
-// std::lround(v) clamped to [lo, hi], without the library call and without
-// branches (the search spends much of its time here): NaN and out-of-range
-// values clamp first (a NaN to lo), then v + 0.5 (sign of v), exact in double
-// for a float, truncates to the value rounded half away from zero.
-inline int round_clamp(float v, int lo, int hi) {
-  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
-  v = v > flo ? v : flo;
-  v = v < fhi ? v : fhi;
-  return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
-}
-
 // --- plain: GGML's reference rounding -------------------------------------
 
 void plain_q4_0(const float* x, BlockQ4_0& b) {
@@ -92,13 +81,11 @@ void plain_q4_1(const float* x, BlockQ4_1& b) {
 
 void encode(float d, const int* q, BlockQ8_0& b) {
   b.d = fp32_to_fp16(d);
-  for (int j = 0; j < kBlock; ++j) b.q[j] = static_cast<int8_t>(q[j]);
+  set_block_levels(Type::Q8_0, &b, q);
 }
-void encode(float d, const int* q, BlockQ4_0& b) {  // q in [-8, 7]
+void encode(float d, const int* q, BlockQ4_0& b) {
   b.d = fp32_to_fp16(d);
-  for (int j = 0; j < kBlock / 2; ++j) {
-    b.qs[j] = static_cast<uint8_t>((q[j] + 8) | ((q[j + kBlock / 2] + 8) << 4));
-  }
+  set_block_levels(Type::Q4_0, &b, q);
 }
 
 // Symmetric formats (x ~ d * q, q in [qmin, qmax]).  Candidates map the
@@ -231,9 +218,7 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
       best_err = e;
       best.d = fp32_to_fp16(d);
       best.m = fp32_to_fp16(m);
-      for (int j = 0; j < kBlock / 2; ++j) {
-        best.qs[j] = static_cast<uint8_t>(q[j] | (q[j + kBlock / 2] << 4));
-      }
+      set_block_levels(Type::Q4_1, &best, q);
     }
   };
   auto sweep = [&](float mn, float mx) {
@@ -329,6 +314,30 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
     const float d = quantize_block_q8(x + i * kBlock, y[i].q, &sum);
     y[i].d = fp32_to_fp16(d);
     y[i].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
+void set_block_levels(Type type, void* block, const int* q) {
+  switch (type) {
+    case Type::Q8_0: {
+      auto* b = static_cast<BlockQ8_0*>(block);
+      for (int j = 0; j < kBlock; ++j) b->q[j] = static_cast<int8_t>(q[j]);
+      break;
+    }
+    case Type::Q4_0: {
+      auto* b = static_cast<BlockQ4_0*>(block);
+      for (int j = 0; j < kBlock / 2; ++j) {
+        b->qs[j] = static_cast<uint8_t>((q[j] + 8) | ((q[j + kBlock / 2] + 8) << 4));
+      }
+      break;
+    }
+    case Type::Q4_1: {
+      auto* b = static_cast<BlockQ4_1*>(block);
+      for (int j = 0; j < kBlock / 2; ++j) b->qs[j] = static_cast<uint8_t>(q[j] | (q[j + kBlock / 2] << 4));
+      break;
+    }
+    default:
+      break;
   }
 }
 

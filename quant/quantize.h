@@ -56,6 +56,23 @@ bool quantize_row(Type type, const float* src, void* dst, int64_t n,
 bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n,
                            const float* importance);
 
+// v rounded half away from zero (as std::lround) and clamped to [lo, hi],
+// a NaN to lo: the rounding of every weight quantizer here.  Without the
+// library call and without branches (the search spends much of its time
+// here): v clamps first, then v + 0.5 (sign of v), exact in double for a
+// float, truncates.
+inline int round_clamp(float v, int lo, int hi) {
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  v = v > flo ? v : flo;
+  v = v < fhi ? v : fhi;
+  return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
+}
+
+// Writes the 32 levels q into one block of `type` (Q8_0 q in [-127, 127],
+// Q4_0 in [-8, 7], Q4_1 in [0, 15]); its scale (and minimum) stay as they
+// are.  Another type: nothing is written.
+void set_block_levels(Type type, void* block, const int* q);
+
 // Q4_0's search weights without an imatrix, over a row of n values:
 // w[j] = sqrt(sigma2 + x[j]^2), sigma2 the mean of x^2 over the row, so
 // large values weigh more but no value weighs nothing.
