@@ -2,51 +2,17 @@
 #include "models/requantize.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "base/for_each_index.h"
 #include "models/gptq.h"
 #include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 
 namespace lilims::gguf {
-namespace {
-
-// f(0) .. f(n - 1) on up to n_threads threads (the caller's among them);
-// the first exception is rethrown once all have stopped.
-template <typename F>
-void parallel_for(size_t n, int n_threads, F f) {
-  const size_t n_workers = std::min<size_t>(n, static_cast<size_t>(std::max(1, n_threads)));
-  if (n_workers <= 1) {
-    for (size_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    try {
-      for (size_t i; (i = next.fetch_add(1)) < n;) f(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next.store(n);
-    }
-  };
-  std::vector<std::thread> workers;
-  for (size_t k = 1; k < n_workers; ++k) workers.emplace_back(work);
-  work();
-  for (std::thread& th : workers) th.join();
-  if (failure) std::rethrow_exception(failure);
-}
-
-}  // namespace
 
 int file_type_of(quant::Type type) { return quant::traits(type).file_type; }
 
@@ -182,8 +148,12 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
                                                    "' matches no 2-D weight of the model");
     }
   }
-  if ((opt.importance || opt.second_moments) && opt.method != quant::QuantMethod::search) {
+  if (opt.importance && opt.method != quant::QuantMethod::search) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] an imatrix needs the search method");
+  }
+  if (opt.second_moments && opt.method != quant::QuantMethod::search) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[quantize] error compensation (second moments) needs the search method");
   }
   // Error-compensation factors, one per distinct matrix, kept while a
   // tensor still to come needs it.
@@ -230,7 +200,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     }
   }
   // The factorisations (O(n^3) each) run first, one per thread at a time.
-  parallel_for(to_factor.size(), opt.n_threads, [&](size_t i) {
+  for_each_index(to_factor.size(), opt.n_threads, [&](size_t i) {
     factors.at(to_factor[i].first).factor =
         std::make_shared<const models::GptqFactor>(models::gptq_factor(to_factor[i].first->data(), to_factor[i].second));
   });
@@ -293,7 +263,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
       }
     };
     const uint64_t n_threads = std::min<uint64_t>(rows, static_cast<uint64_t>(std::max(1, opt.n_threads)));
-    parallel_for(n_threads, opt.n_threads,
+    for_each_index(n_threads, opt.n_threads,
                  [&](size_t k) { convert(rows * k / n_threads, rows * (k + 1) / n_threads); });
     out.add_tensor(t.name, t.ne, static_cast<uint32_t>(dst->type), data.data(), data.size());
   }

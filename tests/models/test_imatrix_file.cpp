@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 
 #include "base/error.h"
 #include "models/gguf.h"
@@ -132,6 +133,33 @@ TEST(ImatrixFile, RequantizeChecksTheImportance) {
   }
   // Uniform importance gives the unweighted search's bytes or better under
   // the (uniform) error, tensor by tensor; here: it runs and keeps the types.
+  opt.method = quant::QuantMethod::search;
+  EXPECT_NO_THROW(gguf::requantize(*in, quant::Type::Q4_0, opt));
+}
+
+// Second moments (error compensation): a matrix of the wrong size and the
+// plain method are refused, each with its own message; a right one runs.
+TEST(ImatrixFile, RequantizeChecksTheSecondMoments) {
+  auto in = gguf::File::open(test::source_path("tests/data/tiny/llama.gguf"));
+  gguf::SecondMoments moments;
+  std::vector<float> identity(64 * 64, 0.0f);
+  for (int i = 0; i < 64; ++i) identity[(size_t)i * 64 + i] = 1.0f;
+  moments["blk.0.attn_q.weight"] = std::make_shared<const std::vector<float>>(63 * 63, 1.0f);
+  gguf::RequantizeOptions opt;
+  opt.second_moments = &moments;
+  const auto refused = [&](const std::string& want) {
+    try {
+      gguf::requantize(*in, quant::Type::Q4_0, opt);
+      ADD_FAILURE() << "accepted; wanted: " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), LILIMS_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused("the second moments of blk.0.attn_q.weight hold 3969 values; its 64 columns need 4096");
+  moments["blk.0.attn_q.weight"] = std::make_shared<const std::vector<float>>(identity);
+  opt.method = quant::QuantMethod::plain;
+  refused("error compensation (second moments) needs the search method");
   opt.method = quant::QuantMethod::search;
   EXPECT_NO_THROW(gguf::requantize(*in, quant::Type::Q4_0, opt));
 }

@@ -2,6 +2,8 @@
 // reloaded, dequantized and compared with the F32 originals.
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <random>
 
 #include "base/error.h"
 #include "models/gguf.h"
@@ -120,6 +122,48 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(quant::type_traits(static_cast<uint32_t>(std::get<0>(info.param)))->name) +
              (std::get<1>(info.param) == quant::QuantMethod::plain ? "_plain" : "_search");
     });
+
+// The bytes do not depend on the thread count: rows are split over threads
+// and error-compensation factors are computed in parallel (one per distinct
+// matrix), for every count from one to more threads than cores.  Runs under
+// ThreadSanitizer in scripts/test.sh.
+TEST(RequantizeThreads, BytesAreTheSameForEveryThreadCount) {
+  auto src = File::open(test::source_path("tests/data/tiny/llama.gguf"));
+  // A random symmetric positive definite matrix (A A^T / n + I) per 2-D
+  // weight, so there are as many factorisations as weights.
+  SecondMoments moments;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (const TensorInfo& t : src->tensors()) {
+    if (t.ne.size() != 2 || t.name.rfind("blk.", 0) != 0) continue;
+    const size_t n = t.ne[0];
+    std::vector<float> a(n * n), h(n * n);
+    for (float& v : a) v = normal(rng);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (size_t k = 0; k < n; ++k) dot += (double)a[i * n + k] * a[j * n + k];
+        h[i * n + j] = h[j * n + i] = static_cast<float>(dot / n + (i == j ? 1.0 : 0.0));
+      }
+    }
+    moments[t.name] = std::make_shared<const std::vector<float>>(std::move(h));
+  }
+  ASSERT_GE(moments.size(), 4u);
+  for (const bool compensated : {false, true}) {
+    RequantizeOptions opt;
+    if (compensated) opt.second_moments = &moments;
+    std::vector<uint8_t> one;
+    for (const int threads : {1, 2, 3, 8, 16}) {
+      opt.n_threads = threads;
+      const std::vector<uint8_t> bytes = requantize(*src, Type::Q4_0, opt).to_bytes();
+      if (threads == 1) {
+        one = bytes;
+      } else {
+        EXPECT_TRUE(bytes == one) << threads << " threads, compensated " << compensated;
+      }
+    }
+  }
+}
 
 TEST(RequantizeErrors, UnsupportedSourceAndTarget) {
   Writer w;
