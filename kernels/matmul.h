@@ -15,6 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu.h"
@@ -27,12 +30,35 @@ constexpr int kLayoutGguf = quant::kLayoutGguf;  // GGUF row-major blocks
 constexpr int kLayoutX4 = quant::kLayoutX4;      // 4-row interleaved groups (quant/repack.h)
 constexpr int kLayoutX16 = quant::kLayoutX16;    // 16-row interleaved groups (quant/repack.h)
 
+// Bytes that resize() leaves uninitialised: repacking writes every byte of
+// its weight, and zeroing hundreds of MB first cost a fifth of a large
+// model's load.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using ByteBuffer = std::vector<uint8_t, UninitAllocator<uint8_t>>;
+
 struct PackedWeight {  // a weight matrix ready for the kernels
   quant::Type type;
   int64_t rows = 0, cols = 0;    // y = W x: rows outputs, cols (=K) inputs
   const void* data = nullptr;    // GGUF layout (into the mapping) or into `storage` when repacked
   int layout = 0;                // kLayoutGguf, kLayoutX4 or kLayoutX16
-  std::vector<uint8_t> storage;  // owned repacked bytes (empty when not repacked)
+  ByteBuffer storage;            // owned repacked bytes (empty when not repacked)
 };
 
 // Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
@@ -43,13 +69,15 @@ struct PackedWeight {  // a weight matrix ready for the kernels
 //
 // When repacking, source_done (if set) is told about each slice of the source
 // bytes once it is copied, so a loader can let the file's pages go as it
-// goes instead of holding the source and the copy whole at once.
+// goes instead of holding the source and the copy whole at once.  Slices
+// are repacked on up to n_threads threads (for_each_index; the bytes do
+// not depend on it), so source_done may be called from several at once.
 struct SourceDone {
   void (*fn)(void* user, const void* bytes, size_t n) = nullptr;
   void* user = nullptr;
 };
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack, SourceDone source_done = {});
+                         bool allow_repack, SourceDone source_done = {}, int n_threads = 1);
 
 // Several row-major GGUF matrices of one type and width stacked into one
 // weight (rows of parts[0], then parts[1], ...), packed as pack_weight would
@@ -68,7 +96,8 @@ struct WeightPart {
 // weight left in the GGUF layout is read in place from the file; stacking
 // it would take a heap copy of what the mapping already holds.
 bool can_stack(quant::Type type, const std::vector<WeightPart>& parts, bool allow_repack);
-PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols);
+PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols,
+                          int n_threads = 1);
 
 // --- kernels -------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/for_each_index.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/quantize_q8_ref.h"
@@ -130,26 +131,43 @@ void check_shape(const quant::TypeTraits* t, quant::Type type, int64_t rows, int
   }
 }
 
-// Repacks rows x cols GGUF bytes into dst (whole groups of `layout`), in
-// slices of whole groups, telling source_done about each slice once copied.
-void repack_slices(quant::Type type, int layout, const void* data, int64_t rows, int64_t cols,
-                   uint8_t* dst, SourceDone source_done) {
-  constexpr int64_t kSlice = 1024;
+// n rows of one source matrix from src, repacked into dst (whole groups
+// of `layout`), source_done told once they are copied.
+struct Slice {
+  const uint8_t* src;
+  int64_t n;
+  uint8_t* dst;
+  SourceDone done;
+};
+
+// Cuts rows x cols GGUF bytes into slices of whole groups.
+void add_slices(quant::Type type, int layout, const void* data, int64_t rows, int64_t cols,
+                uint8_t* dst, SourceDone source_done, std::vector<Slice>& out) {
+  constexpr int64_t kSlice = 256;  // a multiple of every layout's group
   const int64_t group = quant::layout_group_rows(layout);
   const size_t src_row = quant::row_bytes(type, cols);
   const size_t dst_group = quant::repacked_bytes(type, layout, group, cols);
   for (int64_t r0 = 0; r0 < rows; r0 += kSlice) {
     const int64_t n = std::min(kSlice, rows - r0);
-    const uint8_t* src = static_cast<const uint8_t*>(data) + (size_t)r0 * src_row;
-    quant::repack(type, layout, src, n, cols, dst + (size_t)(r0 / group) * dst_group);
-    if (source_done.fn) source_done.fn(source_done.user, src, (size_t)n * src_row);
+    out.push_back({static_cast<const uint8_t*>(data) + (size_t)r0 * src_row, n,
+                   dst + (size_t)(r0 / group) * dst_group, source_done});
   }
+}
+
+void repack_slices(quant::Type type, int layout, int64_t cols, const std::vector<Slice>& slices,
+                   int n_threads) {
+  const size_t src_row = quant::row_bytes(type, cols);
+  for_each_index(slices.size(), n_threads, [&](size_t i) {
+    const Slice& s = slices[i];
+    quant::repack(type, layout, s.src, s.n, cols, s.dst);
+    if (s.done.fn) s.done.fn(s.done.user, s.src, (size_t)s.n * src_row);
+  });
 }
 
 }  // namespace
 
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack, SourceDone source_done) {
+                         bool allow_repack, SourceDone source_done, int n_threads) {
   check_shape(quant::type_traits((uint32_t)type), type, rows, cols);
   PackedWeight w;
   w.type = type;
@@ -160,7 +178,9 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
   const int layout = allow_repack ? preferred_layout(type) : kLayoutGguf;
   if (layout != kLayoutGguf) {
     w.storage.resize(quant::repacked_bytes(type, layout, rows, cols));
-    repack_slices(type, layout, data, rows, cols, w.storage.data(), source_done);
+    std::vector<Slice> slices;
+    add_slices(type, layout, data, rows, cols, w.storage.data(), source_done, slices);
+    repack_slices(type, layout, cols, slices, n_threads);
     w.data = w.storage.data();
     w.layout = layout;
   }
@@ -177,7 +197,8 @@ bool can_stack(quant::Type type, const std::vector<WeightPart>& parts, bool allo
   return true;
 }
 
-PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols) {
+PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols,
+                          int n_threads) {
   const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
   check_shape(t, type, 1, cols);
   if (!can_stack(type, parts, true)) {
@@ -195,10 +216,12 @@ PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts
   w.layout = preferred_layout(type);
   w.storage.resize(quant::repacked_bytes(type, w.layout, rows, cols));
   size_t at = 0;
+  std::vector<Slice> slices;
   for (const WeightPart& p : parts) {
-    repack_slices(type, w.layout, p.data, p.rows, cols, w.storage.data() + at, p.source_done);
+    add_slices(type, w.layout, p.data, p.rows, cols, w.storage.data() + at, p.source_done, slices);
     at += quant::repacked_bytes(type, w.layout, p.rows, cols);
   }
+  repack_slices(type, w.layout, cols, slices, n_threads);
   w.data = w.storage.data();
   return w;
 }

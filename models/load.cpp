@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -22,6 +24,7 @@ class Reader {
  public:
   Reader(const gguf::File& f, std::string arch, const LoadOptions& opt)
       : f_(f), arch_(std::move(arch)), repack_(opt.repack), fuse_(opt.fuse_projections),
+        threads_(opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency())),
         progress_(opt.progress) {
     for (const gguf::TensorInfo& t : f_.tensors()) total_bytes_ += t.n_bytes;
   }
@@ -87,7 +90,8 @@ class Reader {
   // copy: its file pages need not stay resident beside it, and go slice by
   // slice, so the load never holds both.
   void pack(Weight& w, bool repack = true) {
-    w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w));
+    w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w),
+                                    threads_);
     if (w.requantized && !w.packed.storage.empty()) {
       w.requantized.reset();  // the kernels read the repacked copy
       w.data = nullptr;
@@ -129,7 +133,7 @@ class Reader {
       s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
       if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;
     }
-    s.packed = kernels::pack_stacked(s.type, wp, s.cols);
+    s.packed = kernels::pack_stacked(s.type, wp, s.cols, threads_);
     for (Weight* w : parts) {
       take(f_.require_tensor(w->name));
       *w = Weight{};  // releases a re-quantized copy: the stack holds its rows
@@ -225,6 +229,7 @@ class Reader {
   std::string arch_;
   bool repack_;
   bool fuse_;
+  int threads_;
   const std::function<void(float)>& progress_;
   std::set<std::string> taken_;
   std::map<std::string, int> requantized_;

@@ -132,6 +132,9 @@ struct LoadOptions {
   // for repacked weights of one type whose row counts are whole row groups
   // of the layout (kernels::can_stack); the others stay separate.
   bool fuse_projections = true;
+  // Threads that repack the weights (the bytes do not depend on it); 0:
+  // one per core of the machine.
+  int n_threads = 0;
   // Called after each tensor is read (repacked) with the fraction of the
   // file's tensor bytes done so far (nondecreasing, 1 after the last).  It
   // may throw to abandon the load: everything built so far is freed.

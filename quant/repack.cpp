@@ -1,6 +1,8 @@
 #include "quant/repack.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace lilims::quant {
 namespace {
@@ -38,6 +40,25 @@ size_t repacked_bytes(Type type, int layout, int64_t rows, int64_t cols) {
   return (size_t)((rows + g - 1) / g) * (size_t)(cols / kBlock) * (size_t)g * traits(type).block_bytes;
 }
 
+namespace {
+
+// One row's quant bytes of one block into its group: chunk c of the row goes
+// to chunk slot c * G + r, each byte XORed with x.  C (the chunk) is a
+// compile-time 4 or 8, so a chunk moves as one word.
+template <int C>
+void put_chunks(const uint8_t* q, int n_chunks, int g_rows, int r, uint8_t x, uint8_t* qs) {
+  using Word = std::conditional_t<C == 4, uint32_t, uint64_t>;
+  const Word xw = static_cast<Word>(0x0101010101010101ull) * x;
+  for (int c = 0; c < n_chunks; ++c) {
+    Word v;
+    std::memcpy(&v, q + c * C, C);
+    v ^= xw;
+    std::memcpy(qs + (size_t)(c * g_rows + r) * C, &v, C);
+  }
+}
+
+}  // namespace
+
 void repack(Type type, int layout, const void* src, int64_t rows, int64_t cols, void* dst) {
   const Interleave il = interleave(layout);
   const int64_t nb = cols / kBlock;
@@ -49,21 +70,21 @@ void repack(Type type, int layout, const void* src, int64_t rows, int64_t cols, 
   const uint8_t* s = static_cast<const uint8_t*>(src);
   uint8_t* d = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < (rows + il.rows - 1) / il.rows; ++g) {
+    const int in_group = (int)std::min<int64_t>(il.rows, rows - g * il.rows);
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* out = d + (size_t)(g * nb + b) * gbytes;
-      std::memset(out, 0, gbytes);
+      if (in_group < il.rows) std::memset(out, 0, gbytes);  // padding rows stay zero
       uint8_t* qs = out + 2 * il.rows * n_scales;
-      for (int r = 0; r < il.rows; ++r) {
-        const int64_t row = g * il.rows + r;
-        if (row >= rows) break;  // padding rows stay zero
-        const uint8_t* blk = s + (size_t)row * nb * src_block + (size_t)b * src_block;
+      for (int r = 0; r < in_group; ++r) {
+        const uint8_t* blk = s + (size_t)(g * il.rows + r) * nb * src_block + (size_t)b * src_block;
         // Scales: d at 0 (and m at 2 for Q4_1) of the GGUF block.
         std::memcpy(out + 2 * r, blk, 2);
         if (n_scales == 2) std::memcpy(out + 2 * il.rows + 2 * r, blk + 2, 2);
         const uint8_t* q = blk + 2 * n_scales;
-        for (int c = 0; c < n_chunks; ++c) {
-          uint8_t* o = qs + (size_t)(c * il.rows + r) * il.chunk;
-          for (int i = 0; i < il.chunk; ++i) o[i] = q[c * il.chunk + i] ^ x;
+        if (il.chunk == 4) {
+          put_chunks<4>(q, n_chunks, il.rows, r, x, qs);
+        } else {
+          put_chunks<8>(q, n_chunks, il.rows, r, x, qs);
         }
       }
     }

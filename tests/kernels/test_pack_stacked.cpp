@@ -4,7 +4,9 @@
 // pack_weight leaves in the GGUF layout.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +69,50 @@ TEST(PackStacked, EqualsPackingTheConcatenation) {
         n += bytes;
       }
       EXPECT_EQ(n, parts[i].size()) << "part " << i;
+    }
+  }
+}
+
+// Slices repacked on several threads: the same bytes as on one, for every
+// thread count (more than the cores too), and every source byte reported
+// once, from whichever thread copied it (the model load packs on one
+// thread per core; under TSan in every test_runtime load).
+TEST(PackStacked, ThreadsChangeNoByte) {
+  const int64_t cols = 64;
+  for (quant::Type type : {quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::Q4_1}) {
+    const int layout = kernels::preferred_layout(type);
+    if (layout == kernels::kLayoutGguf) GTEST_SKIP() << "the ref path repacks nothing";
+    const int64_t g = quant::layout_group_rows(layout);
+    const std::vector<int64_t> rows = {64 * g, 48 * g + 5};  // slices of 256 rows, a partial group
+    const size_t rb = quant::row_bytes(type, cols);
+    std::vector<std::vector<uint8_t>> parts;
+    for (size_t i = 0; i < rows.size(); ++i) parts.push_back(random_bytes(rb * (size_t)rows[i], 40 + i));
+    struct Count {
+      std::atomic<size_t> bytes{0};
+      static void fn(void* user, const void*, size_t n) { static_cast<Count*>(user)->bytes += n; }
+    };
+    std::vector<uint8_t> one_w, one_s;
+    for (const int threads : {1, 2, 3, 8}) {
+      SCOPED_TRACE(std::string(quant::traits(type).name) + ", " + std::to_string(threads) + " threads");
+      Count single, stacked[2];
+      const kernels::PackedWeight w = kernels::pack_weight(
+          type, parts[1].data(), rows[1], cols, true, kernels::SourceDone{&Count::fn, &single}, threads);
+      const std::vector<kernels::WeightPart> wp = {
+          {parts[0].data(), rows[0], kernels::SourceDone{&Count::fn, &stacked[0]}},
+          {parts[1].data(), rows[1], kernels::SourceDone{&Count::fn, &stacked[1]}}};
+      const kernels::PackedWeight s = kernels::pack_stacked(type, wp, cols, threads);
+      EXPECT_EQ(single.bytes.load(), parts[1].size());
+      EXPECT_EQ(stacked[0].bytes.load(), parts[0].size());
+      EXPECT_EQ(stacked[1].bytes.load(), parts[1].size());
+      const std::vector<uint8_t> wb(w.storage.begin(), w.storage.end());
+      const std::vector<uint8_t> sb(s.storage.begin(), s.storage.end());
+      if (threads == 1) {
+        one_w = wb;
+        one_s = sb;
+      } else {
+        EXPECT_TRUE(wb == one_w);
+        EXPECT_TRUE(sb == one_s);
+      }
     }
   }
 }

@@ -213,7 +213,7 @@ TEST(FusedProjections, StackedWeightsKeepNamesAndMemory) {
   EXPECT_EQ(L.wqkv.rows, S.wq.rows + S.wk.rows + S.wv.rows);
   EXPECT_EQ(L.w_up.rows, S.w_gate.rows + S.w_up.rows);
   // The stack is the separate packed bytes one after the other.
-  const std::vector<uint8_t>& qkv = L.wqkv.packed.storage;
+  const auto& qkv = L.wqkv.packed.storage;
   ASSERT_EQ(qkv.size(), S.wq.packed.storage.size() + S.wk.packed.storage.size() +
                             S.wv.packed.storage.size());
   size_t at = 0;
