@@ -4,6 +4,7 @@
 // RMSNorm * attn_norm): the observer sees exactly the matmul inputs.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/error.h"
 #include "models/gguf.h"
@@ -16,6 +17,37 @@ namespace lilims {
 namespace {
 
 std::string stories_path() { return test::shared_data("stories260K/stories260K.gguf"); }
+
+// Layer 0's Q/K/V input for the first n_chunks chunks of n_ctx tokens, in
+// double, from the GGUF alone: each position's token (BOS first when the
+// tokenizer adds one) -> its embedding row (F32 in this file) -> RMSNorm *
+// attn_norm.  One row of 64 values per position.
+std::vector<std::vector<double>> layer0_inputs(const runtime::Model& model,
+                                               const std::vector<int32_t>& tokens, int n_chunks,
+                                               int n_ctx) {
+  auto f = gguf::File::open(stories_path());
+  const gguf::TensorInfo& embd = f->require_tensor("token_embd.weight");
+  EXPECT_EQ(embd.type, 0u);
+  const float* E = reinterpret_cast<const float*>(embd.data);
+  const float* g = reinterpret_cast<const float*>(f->require_tensor("blk.0.attn_norm.weight").data);
+  const int64_t d = 64;
+  const double eps = model.hparams().norm_eps;
+  std::vector<std::vector<double>> rows;
+  for (int c = 0; c < n_chunks; ++c) {
+    for (int p = 0; p < n_ctx; ++p) {
+      int32_t tok = tokens[(size_t)c * n_ctx + p];
+      if (p == 0 && model.tokenizer().add_bos()) tok = model.tokenizer().bos();
+      const float* x = E + (int64_t)tok * d;
+      double ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += (double)x[j] * x[j];
+      const double inv = 1.0 / std::sqrt(ss / d + eps);
+      std::vector<double> y((size_t)d);
+      for (int64_t j = 0; j < d; ++j) y[(size_t)j] = x[j] * inv * g[j];
+      rows.push_back(std::move(y));
+    }
+  }
+  return rows;
+}
 
 TEST(Imatrix, Stories260kLayer0MatchesTheEmbeddingsNorm) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
@@ -36,29 +68,12 @@ TEST(Imatrix, Stories260kLayer0MatchesTheEmbeddingsNorm) {
   EXPECT_EQ(m.entries.at("blk.0.ffn_down.weight").mean_sq.size(), 172u);
   EXPECT_EQ(m.entries.at("output.weight").mean_sq.size(), 64u);
 
-  // Independent: the embedding rows (F32 in this file) through RMSNorm.
-  auto f = gguf::File::open(stories_path());
-  const gguf::TensorInfo& embd = f->require_tensor("token_embd.weight");
-  const gguf::TensorInfo& norm = f->require_tensor("blk.0.attn_norm.weight");
-  ASSERT_EQ(embd.type, 0u);
-  const float* E = reinterpret_cast<const float*>(embd.data);
-  const float* g = reinterpret_cast<const float*>(norm.data);
+  // Independent: the mean square of each column of layer 0's input.
   const int64_t d = 64;
-  const double eps = model->hparams().norm_eps;
   std::vector<double> want((size_t)d, 0.0);
-  for (int c = 0; c < 3; ++c) {
-    for (int p = 0; p < 64; ++p) {
-      int32_t tok = tokens[(size_t)c * 64 + p];
-      if (p == 0 && model->tokenizer().add_bos()) tok = model->tokenizer().bos();
-      const float* x = E + (int64_t)tok * d;
-      double ss = 0;
-      for (int64_t j = 0; j < d; ++j) ss += (double)x[j] * x[j];
-      const double inv = 1.0 / std::sqrt(ss / d + eps);
-      for (int64_t j = 0; j < d; ++j) {
-        const double y = x[j] * inv * g[j];
-        want[(size_t)j] += y * y / (3 * 64);
-      }
-    }
+  const auto rows = layer0_inputs(*model, tokens, 3, 64);
+  for (const std::vector<double>& y : rows) {
+    for (int64_t j = 0; j < d; ++j) want[(size_t)j] += y[(size_t)j] * y[(size_t)j] / (double)rows.size();
   }
   for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"}) {
     const std::vector<float>& got = m.entries.at(name).mean_sq;
@@ -105,24 +120,13 @@ TEST(Imatrix, Stories260kSecondMomentsOfLayer0) {
     }
   }
 
-  auto f = gguf::File::open(stories_path());
-  const float* E = reinterpret_cast<const float*>(f->require_tensor("token_embd.weight").data);
-  const float* g = reinterpret_cast<const float*>(f->require_tensor("blk.0.attn_norm.weight").data);
   const int64_t d = 64;
-  const double eps = model->hparams().norm_eps;
   std::vector<double> want((size_t)(d * d), 0.0);
-  std::vector<double> y((size_t)d);
-  for (int c = 0; c < 2; ++c) {
-    for (int p = 0; p < 64; ++p) {
-      int32_t tok = tokens[(size_t)c * 64 + p];
-      if (p == 0 && model->tokenizer().add_bos()) tok = model->tokenizer().bos();
-      const float* x = E + (int64_t)tok * d;
-      double ss = 0;
-      for (int64_t j = 0; j < d; ++j) ss += (double)x[j] * x[j];
-      const double inv = 1.0 / std::sqrt(ss / d + eps);
-      for (int64_t j = 0; j < d; ++j) y[(size_t)j] = x[j] * inv * g[j];
-      for (int64_t i = 0; i < d; ++i) {
-        for (int64_t j = 0; j < d; ++j) want[(size_t)(i * d + j)] += y[(size_t)i] * y[(size_t)j] / 128;
+  const auto rows = layer0_inputs(*model, tokens, 2, 64);
+  for (const std::vector<double>& y : rows) {
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < d; ++j) {
+        want[(size_t)(i * d + j)] += y[(size_t)i] * y[(size_t)j] / (double)rows.size();
       }
     }
   }
