@@ -43,15 +43,18 @@ if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=ON -DLILIMS_WERROR=ON
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -j"$jobs" --output-on-failure --no-tests=error --timeout 1800 \
-      -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp|SchemaGenerate.SmolLM2|JsonGenerate.SmolLM2|LazyConstraint.SmolLM2|JumpForward.SmolLM2DiffersOnlyAtForcedTokens|KvCommitModes.*SmolLM2|SmolLM2PlannedPeakMatchesMeasuredRss|QualityGates|FusedProjections.(SmolLM2|isa_)|CliState.ChatTurnContinuesTheLoadedConversation"
+      -E "SmolLM2VsLlamaCpp.*/(ref|oracle)|IsaAgreement|PerplexityVsLlamaCpp|SchemaGenerate.SmolLM2|JsonGenerate.SmolLM2|LazyConstraint.SmolLM2|JumpForward.SmolLM2DiffersOnlyAtForcedTokens|KvCommitModes.*SmolLM2|SmolLM2PlannedPeakMatchesMeasuredRss|QualityGates|FusedProjections.(SmolLM2|isa_)|CliState.ChatTurnContinuesTheLoadedConversation|TokenMask.FastEqualsBruteForce|SmolLM2GreedyVsLlamaCpp|JsonGenerate.Stories260KEveryCapEverySampler|LazyConstraint.Stories260KFreeTextThenAValueEveryCap"
   # left out above: slow numerics and generation sweeps on SmolLM2 that the
   # release run covers (their code paths run here on the small models, and
   # jump-forward's in PromptLookup.SmolLM2* and LazyConstraint.ControlToken*),
   # the quantization quality gates (the quantizers' and KL code's tests run),
   # the planned-vs-measured RSS test (ASan's shadow memory is not the plan's),
   # fused-vs-separate logits on SmolLM2 and per kernel path (stories260K's
-  # and Phi-2's run here), and a chat turn after a loaded state on SmolLM2's
-  # scalar path (80 s here; the state code runs in CliState's other tests)
+  # and Phi-2's run here), a chat turn after a loaded state on SmolLM2's
+  # scalar path (80 s here; the state code runs in CliState's other tests),
+  # the token-mask brute-force comparisons and the every-cap sweeps of JSON
+  # and lazy-constraint generation on stories260K (single-threaded logic
+  # whose code runs here in the other mask, JSON and lazy-constraint tests)
 fi
 
 if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
@@ -65,10 +68,11 @@ if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   # TSan they take tens of minutes and exercise no other threading code.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   build-tsan/tests/graph/test_graph --gtest_filter="-*SmolLM2*"
-  # The JSON, schema and token-mask sweeps are single-threaded logic (the
-  # release and ASan runs cover them) and take ten minutes under TSan.
+  # The JSON, schema and token-mask sweeps and the manifest checks are
+  # single-threaded logic (the release and ASan runs cover them); the sweeps
+  # take ten minutes under TSan.
   build-tsan/tests/runtime/test_runtime \
-    --gtest_filter="-*SmolLM2*:*smollm2*:IsaAgreement*:*PerplexityVsLlamaCpp*:SessionMemory.*:JsonGenerate.*:JsonPrefix.*:TokenMask.*:SchemaGenerate.*:LazyConstraint.*"
+    --gtest_filter="-*SmolLM2*:*smollm2*:IsaAgreement*:*PerplexityVsLlamaCpp*:SessionMemory.*:JsonGenerate.*:JsonPrefix.*:TokenMask.*:SchemaGenerate.*:LazyConstraint.*:Manifest.*"
   # The vision encoder on 1 and 2 threads, and re-quantization on 1-16
   # threads (the imatrix observer runs in test_runtime above).
   build-tsan/tests/models/test_models --gtest_filter="Clip.*:RequantizeThreads.*"
