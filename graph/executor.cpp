@@ -25,6 +25,7 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   arena_ = reinterpret_cast<float*>(block);
   act_ = block + plan_.mem.arena;
   attn_scratch_ = reinterpret_cast<float*>(act_ + plan_.mem.matmul_act);
+  attn_part_ = attn_scratch_ + plan_.attn_scratch_floats * (size_t)plan_.opt.n_threads;
   round_tmp_ = act_ + plan_.mem.matmul_act + plan_.mem.attn_scratch;
 
   const auto& ts = graph_.tensors();
@@ -354,6 +355,12 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
   args.k_new = kv_->staged_k(n.layer);
   args.v_new = kv_->staged_v(n.layer);
   args.new_stride = sh.kv_dim();
+  if (m == 1 || attention_per_token_) {
+    for (int32_t t0 = 0; t0 < m; t0 += kAttnPartTokens) {
+      attention_decode(args, t0, std::min<int32_t>(kAttnPartTokens, m - t0));
+    }
+    return;
+  }
   // Tasks = (part of a kv group) x (block of query tokens): a task's heads
   // share one kv head, so the kernel reads and converts each K/V row once
   // for all of them.  Groups are split in two only when whole groups would
@@ -361,9 +368,7 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
   // see more keys, so they are handed out first.
   const int n_thr = pool_.size(), n_kv = sh.n_head_kv, group = sh.n_head / n_kv;
   const int parts = (n_thr > 1 && n_kv % n_thr != 0 && n_kv < 2 * n_thr && group > 1) ? 2 : 1;
-  // One query token per task in forward_as_decode: n_q = 1 takes the decode
-  // path, whose sums then match a one-token forward's exactly.
-  const int32_t qb = attention_per_token_ ? 1 : m <= 32 ? m : 32;
+  const int32_t qb = m <= 32 ? m : 32;
   const int64_t n_qb = (m + qb - 1) / qb, n_units = (int64_t)n_kv * parts;
   float* scratch = attn_scratch_;
   const size_t per = plan_.attn_scratch_floats;
@@ -380,6 +385,72 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
     la.n_new_before = t0;  // the block's earlier staged rows stay visible
     ops.attention(la, h0, h1, scratch + (size_t)thread * per);
   });
+}
+
+}  // namespace lilims::graph
+
+namespace lilims::graph {
+
+// Query tokens [t0, t0 + nt) one at a time (n_q = 1, the decode path):
+// tasks are (token, kv group, key range).  A token's visible keys are cut
+// by kernels::attention_splits, which looks at nothing but their count, and
+// the ranges are combined in order after the barrier: a token's sums are
+// the same whichever thread ran which range, however many threads there are,
+// and whether it came alone (decode) or in a block (forward_as_decode).
+void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt) {
+  const kernels::OpsTable& ops = *plan_.ops;
+  const ModelShape& sh = graph_.shape();
+  const int n_kv = sh.n_head_kv, group = sh.n_head / n_kv, d = sh.head_dim;
+  int64_t lo[kAttnPartTokens], hi[kAttnPartTokens];
+  int splits[kAttnPartTokens], first_task[kAttnPartTokens + 1];
+  first_task[0] = 0;
+  for (int32_t i = 0; i < nt; ++i) {
+    hi[i] = (int64_t)args.pos0 + t0 + i;
+    lo[i] = args.window > 0 ? std::max<int64_t>(0, hi[i] - args.window + 1) : 0;
+    splits[i] = kernels::attention_splits(hi[i] - lo[i] + 1);
+    first_task[i + 1] = first_task[i] + n_kv * splits[i];
+  }
+  // Partial sums of token i, split s, head h: outputs at part(i, s) + h * d,
+  // lse at lse(i, s) + h.
+  const int64_t per_split = (int64_t)sh.n_head * d;
+  float* part = attn_part_;
+  float* lse = attn_part_ + (int64_t)kAttnPartTokens * kernels::kAttnMaxSplits * per_split;
+  auto part_at = [&](int32_t i, int s) {
+    return part + ((int64_t)i * kernels::kAttnMaxSplits + s) * per_split;
+  };
+  auto lse_at = [&](int32_t i, int s) {
+    return lse + ((int64_t)i * kernels::kAttnMaxSplits + s) * sh.n_head;
+  };
+  float* scratch = attn_scratch_;
+  const size_t per = plan_.attn_scratch_floats;
+  pool_.parallel_for(first_task[nt], [&](int64_t task, int thread) {
+    int32_t i = 0;
+    while (task >= first_task[i + 1]) ++i;
+    const int u = (int)(task - first_task[i]);
+    const int g = u / splits[i], s = u % splits[i];
+    const int32_t t = t0 + i;
+    kernels::AttentionArgs la = args;
+    la.n_q = 1;
+    la.pos0 = args.pos0 + t;
+    la.q = args.q + (int64_t)t * args.q_stride;
+    la.n_new_before = t;  // the block's earlier staged rows stay visible
+    if (splits[i] == 1) {
+      la.out = args.out + (int64_t)t * args.out_stride;
+    } else {
+      la.out = part_at(i, s);
+      la.lse = lse_at(i, s);
+      kernels::attention_split_range(lo[i], hi[i], s, splits[i], &la.key_lo, &la.key_hi);
+    }
+    ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
+  });
+  for (int32_t i = 0; i < nt; ++i) {
+    if (splits[i] == 1) continue;
+    float* out = args.out + (int64_t)(t0 + i) * args.out_stride;
+    for (int h = 0; h < sh.n_head; ++h) {
+      kernels::attention_combine(part_at(i, 0) + (int64_t)h * d, per_split, lse_at(i, 0) + h,
+                                 sh.n_head, splits[i], d, out + (int64_t)h * d);
+    }
+  }
 }
 
 }  // namespace lilims::graph

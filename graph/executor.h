@@ -84,6 +84,7 @@ class Executor {
   void run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
            const int32_t* tokens, bool all_logits);
   void attention(const Node& n, int32_t m, int32_t pos0);
+  void attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt);
   void self_attention(const Node& n, int32_t rows);
   void round_staged(int layer, int32_t m);
   float* ptr(int t) const { return base_[(size_t)t]; }
@@ -99,6 +100,7 @@ class Executor {
   float* arena_ = nullptr;
   uint8_t* act_ = nullptr;
   float* attn_scratch_ = nullptr;
+  float* attn_part_ = nullptr;  // split decode attention's partial sums
   uint8_t* round_tmp_ = nullptr;  // one K/V row in the cache type
   std::vector<float*> base_;     // per tensor: its first element (logits: set per call)
   std::vector<int64_t> stride_;  // per tensor: floats between rows

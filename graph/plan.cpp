@@ -138,6 +138,9 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
     probe.n_head_kv = sh.n_head_kv;
     probe.head_dim = sh.head_dim;
     p.attn_scratch_floats = kernels::attention_scratch_floats(probe);
+    p.attn_part_floats = (size_t)kAttnPartTokens * kernels::kAttnMaxSplits * (size_t)sh.n_head *
+                         (size_t)(sh.head_dim + 1);
+    p.attn_part_floats = (p.attn_part_floats + 15) / 16 * 16;
 
     p.kv.n_layer = sh.n_layer;
     p.kv.n_ctx = o.n_ctx;
@@ -172,7 +175,8 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
     break;
   }
   p.attn_scratch_floats = (p.attn_scratch_floats + 15) / 16 * 16;
-  p.mem.attn_scratch = (uint64_t)p.attn_scratch_floats * sizeof(float) * (uint64_t)o.n_threads;
+  p.mem.attn_scratch =
+      ((uint64_t)p.attn_scratch_floats * (uint64_t)o.n_threads + p.attn_part_floats) * sizeof(float);
   p.mem.logits = (uint64_t)sh.n_vocab * sizeof(float);
   p.mem.weights_mapped = model.weights_mapped;
   p.mem.weights_heap = model.weights_heap;

@@ -32,10 +32,14 @@ struct PlanOptions {
   KvCommit kv_commit = KvCommit::sync;
 };
 
+// Query tokens per call of split decode attention (forward_as_decode runs
+// a block this many tokens at a time).
+constexpr int kAttnPartTokens = 4;
+
 struct MemoryPlan {
   uint64_t arena = 0;          // activations of one block, by liveness
   uint64_t matmul_act = 0;     // quantized activations of the widest matmul
-  uint64_t attn_scratch = 0;   // per thread x threads
+  uint64_t attn_scratch = 0;   // per thread x threads, and split decode's partial sums
   uint64_t staging = 0;        // staged K/V rows (2 sets)
   uint64_t round_tmp = 0;      // one K/V row in the cache type
   uint64_t kv = 0;             // the cache once every position is written
@@ -59,6 +63,10 @@ struct Plan {
   std::vector<int> block_chunk;  // per chunk: its index among the block chunks, or -1
   KvCacheConfig kv;
   size_t attn_scratch_floats = 0;  // per thread
+  // Decode attention cut into key ranges (kernels::attention_splits): the
+  // partial outputs and lse of up to kAttnPartTokens tokens, after the
+  // per-thread scratch.
+  size_t attn_part_floats = 0;
   MemoryPlan mem;
 
   // The plan in words: chunks and their ops, buffers, memory.

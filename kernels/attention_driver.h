@@ -71,6 +71,7 @@ struct Row {
   const float* q;
   float* out;
   int64_t lo, hi;  // visible positions, inclusive
+  float* lse = nullptr;  // partial sums: where max + log(sum) goes (AttentionArgs::lse)
 };
 
 // Positions [p0, p0 + n_cache + n_staged) of one kv head of K or V: the
@@ -220,6 +221,7 @@ struct Driver {
     }
     for (int r = 0; r < nr; ++r) {
       K::store_scaled(rows[r].out, acc + (int64_t)r * d, l[r] > 0.0f ? 1.0f / l[r] : 0.0f, d);
+      if (rows[r].lse) *rows[r].lse = l[r] > 0.0f ? m[r] + std::log(l[r]) : -INFINITY;
     }
   }
 
@@ -264,7 +266,24 @@ struct Driver {
     }
     for (int h = 0; h < nh; ++h) {
       K::store_scaled(row.out + (int64_t)h * d, acc + (int64_t)h * d, 1.0f / l[h], d);
+      if (row.lse) row.lse[h] = m[h] + std::log(l[h]);
     }
+  }
+
+  // Query i's visible positions (only those in [key_lo, key_hi] for
+  // partial sums); false when there are none, after writing the empty
+  // result of heads [h0, h1).
+  static bool visible(const AttentionArgs& a, int64_t i, int h0, int h1, int d, Row& row) {
+    row.hi = (int64_t)a.pos0 + i;
+    row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+    if (a.lse) {
+      row.lo = std::max(row.lo, a.key_lo);
+      row.hi = std::min(row.hi, a.key_hi);
+    }
+    if (row.hi >= row.lo) return true;
+    std::memset(a.out + i * a.out_stride + (int64_t)h0 * d, 0, (size_t)(h1 - h0) * d * 4);
+    if (a.lse) std::fill(a.lse + h0, a.lse + h1, -INFINITY);
+    return false;
   }
 
   template <int D>
@@ -286,15 +305,16 @@ struct Driver {
       const int nh = h1 - h0;
       if (a.n_q == 1 && nh >= min_heads && a.pos0 >= 0 && d >= kDecodeMinDim) {
         Row row;
+        if (!visible(a, 0, h0, h1, d, row)) continue;
         row.q = a.q + (int64_t)h0 * d;
         row.out = a.out + (int64_t)h0 * d;
-        row.hi = a.pos0;
-        row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+        row.lse = a.lse ? a.lse + h0 : nullptr;
         for (int hb = 0; hb < nh; hb += 8) {  // groups of more than 8 heads: 8 at a time
           const int n8 = std::min(8, nh - hb);
           Row r8 = row;
           r8.q += (int64_t)hb * d;
           r8.out += (int64_t)hb * d;
+          if (r8.lse) r8.lse += hb;
           if (n8 >= min_heads) {
             K::decode_dispatch(n8, a.kv_type, [&](auto nh_c) {
               decode_group<D, decltype(nh_c)::value>(a, g, n8, r8, kv, acc, acc + (int64_t)8 * d,
@@ -306,6 +326,7 @@ struct Driver {
               rs[h] = r8;
               rs[h].q += (int64_t)h * d;
               rs[h].out += (int64_t)h * d;
+              if (rs[h].lse) rs[h].lse += h;
             }
             tile<D>(a, g, rs, n8, kv, acc, s, m, l);
           }
@@ -320,14 +341,10 @@ struct Driver {
           const int64_t i = (r0 + r) / nh;
           const int h = h0 + (int)((r0 + r) % nh);
           Row row;
+          if (!visible(a, i, h, h + 1, d, row)) continue;  // sees nothing
           row.q = a.q + i * a.q_stride + (int64_t)h * d;
           row.out = a.out + i * a.out_stride + (int64_t)h * d;
-          row.hi = (int64_t)a.pos0 + i;
-          row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
-          if (row.hi < 0) {  // sees nothing
-            std::memset(row.out, 0, (size_t)d * 4);
-            continue;
-          }
+          row.lse = a.lse ? a.lse + h : nullptr;
           rows[n_live++] = row;
         }
         if (n_live > 0) tile<D>(a, g, rows, n_live, kv, acc, s, m, l);

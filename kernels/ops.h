@@ -61,7 +61,41 @@ struct AttentionArgs {
   const float* v_new;
   int64_t new_stride;
   int32_t n_new_before;  // staged rows before pos0 (0 <= n_new_before <= pos0)
+  // Partial sums over a key range (n_q == 1 only): when lse != nullptr, only
+  // the visible positions in [key_lo, key_hi] enter, out holds the softmax
+  // over them alone, and lse[h] (h the query head, the array indexed from
+  // head 0) gets max + log(sum of exp) of their scaled scores: -inf, and out
+  // 0, when the range holds no visible position.  Calls over ranges that
+  // cover the visible ones combine into the full attention
+  // (attention_combine).  Otherwise these three are ignored.
+  int64_t key_lo, key_hi;
+  float* lse;
 };
+
+// Decode over many keys is cut into key ranges ("splits") that run as
+// separate tasks and are combined: the cache rows of a kv head are then read
+// once per token (by the task of their range), not once per task sharing the
+// group's heads, and a few kv heads still give every thread work.  The cut
+// depends only on the visible range, never on the thread count, so logits
+// are the same on any number of threads.
+constexpr int kAttnSplitKeys = 64;  // keys per split at least (one split up to here)
+constexpr int kAttnMaxSplits = 8;
+inline int attention_splits(int64_t n_keys) {
+  const int64_t n = (n_keys + kAttnSplitKeys - 1) / kAttnSplitKeys;
+  return (int)(n < 1 ? 1 : n > kAttnMaxSplits ? kAttnMaxSplits : n);
+}
+// Split s of n of the positions [lo, hi]: [first, last], nearly equal parts.
+inline void attention_split_range(int64_t lo, int64_t hi, int s, int n, int64_t* first,
+                                  int64_t* last) {
+  const int64_t len = hi - lo + 1;
+  *first = lo + len * s / n;
+  *last = lo + len * (s + 1) / n - 1;
+}
+// out (d floats) = the attention over the union of n ranges, from their
+// partial outputs parts[i * stride .. + d) and lse[i * lse_stride]
+// (AttentionArgs::lse), summed in order i = 0, 1, ...
+void attention_combine(const float* parts, int64_t stride, const float* lse, int64_t lse_stride,
+                       int n, int d, float* out);
 
 struct OpsTable {  // one per ISA; the same signatures as the refs
   // y = x / sqrt(mean(x^2) + eps) * w

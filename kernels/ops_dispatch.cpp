@@ -1,7 +1,9 @@
 // The ops tables: the ref one built here from kernels/ref, the ISA ones in
 // kernels/x86 and kernels/arm; which exist is decided by what the build
-// compiled (kernels/ops.cmake), which runs by cpu_features().
+// compiled (kernels/ops.cmake), which runs by cpu_features().  Also the
+// combination of split attention, plain C++ on every ISA.
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/ops.h"
 #include "kernels/ref/attention_ref.h"
@@ -23,6 +25,24 @@ const OpsTable kOpsRef = [] {
 size_t attention_scratch_floats(const AttentionArgs& a) {
   return std::max(attention_scratch_floats__ref(a),
                   detail::attention_scratch_floats_simd(a.head_dim));
+}
+
+void attention_combine(const float* parts, int64_t stride, const float* lse, int64_t lse_stride,
+                       int n, int d, float* out) {
+  float m = -INFINITY;
+  for (int i = 0; i < n; ++i) m = std::max(m, lse[i * lse_stride]);
+  std::fill(out, out + d, 0.0f);
+  if (m == -INFINITY) return;  // no range held a visible position
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float w = std::exp(lse[i * lse_stride] - m);
+    if (w == 0.0f) continue;
+    sum += w;
+    const float* p = parts + i * stride;
+    for (int j = 0; j < d; ++j) out[j] += w * p[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < d; ++j) out[j] *= inv;
 }
 
 bool ops_isa_built(Isa isa) {

@@ -1,6 +1,7 @@
 #include "kernels/ref/attention_ref.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/fp16.h"
@@ -50,8 +51,12 @@ void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float*
   float* acc = vrow + d;       // (head_dim)
   float* scores = acc + d;     // (hi - lo + 1) <= pos0 + n_q
   for (int i = 0; i < a.n_q; ++i) {
-    const int64_t hi = (int64_t)a.pos0 + i;
-    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, hi - a.window + 1) : 0;
+    int64_t hi = (int64_t)a.pos0 + i;
+    int64_t lo = a.window > 0 ? std::max<int64_t>(0, hi - a.window + 1) : 0;
+    if (a.lse) {  // partial sums over [key_lo, key_hi]
+      lo = std::max(lo, a.key_lo);
+      hi = std::min(hi, a.key_hi);
+    }
     const int64_t n = hi - lo + 1;
     for (int h = head_begin; h < head_end; ++h) {
       const int g = h / group;
@@ -59,6 +64,7 @@ void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float*
       float* out = a.out + i * a.out_stride + (int64_t)h * d;
       if (n <= 0) {
         std::fill(out, out + d, 0.0f);
+        if (a.lse) a.lse[h] = -INFINITY;
         continue;
       }
       for (int64_t t = 0; t < n; ++t) {
@@ -66,6 +72,12 @@ void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float*
         float s = 0.0f;
         for (int j = 0; j < d; ++j) s += q[j] * krow[j];
         scores[t] = s * a.scale;
+      }
+      if (a.lse) {
+        const float m = *std::max_element(scores, scores + n);
+        double sum = 0.0;
+        for (int64_t t = 0; t < n; ++t) sum += std::exp((double)scores[t] - m);
+        a.lse[h] = m + (float)std::log(sum);
       }
       softmax_f32__ref(scores, n);
       std::fill(acc, acc + d, 0.0f);

@@ -167,6 +167,36 @@ inline void score_key_8heads(const float* qt, int d_rt, __m256 vscale, Load8 loa
   _mm256_store_ps(s, _mm256_mul_ps(sum8, vscale));
 }
 
+// Two F16 cache key rows at once for groups of up to 4 heads: key 0's
+// sums go where score_key_8heads puts heads 0..3, key 1's where it puts
+// 4..7, so one reduction serves both keys and each lane is summed exactly
+// as score_key_8heads sums it (the same scores, bit for bit).  Lanes past
+// the group are zero.
+template <int D, int NH>
+inline void score_2keys_4heads(const float* qt, int d_rt, __m256 vscale, const uint16_t* k0,
+                               const uint16_t* k1, float* s0, float* s1) {
+  static_assert(NH <= 4, "two keys fill the 8 lanes only for groups of up to 4 heads");
+  const int d = D ? D : d_rt;
+  __m256 ah[8];
+  for (int h = 0; h < 8; ++h) ah[h] = _mm256_setzero_ps();
+  for (int c = 0; c < d; c += 8) {
+    const __m256 kc0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k0 + c)));
+    const __m256 kc1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k1 + c)));
+    for (int h = 0; h < NH; ++h) {
+      const __m256 qv = _mm256_load_ps(qt + (int64_t)h * d + c);
+      ah[h] = _mm256_fmadd_ps(qv, kc0, ah[h]);
+      ah[4 + h] = _mm256_fmadd_ps(qv, kc1, ah[4 + h]);
+    }
+  }
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(ah[0], ah[1]), _mm256_hadd_ps(ah[2], ah[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(ah[4], ah[5]), _mm256_hadd_ps(ah[6], ah[7]));
+  const __m256 sum8 = _mm256_mul_ps(_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                                  _mm256_permute2f128_ps(u0, u1, 0x31)),
+                                    vscale);
+  _mm256_store_ps(s0, _mm256_zextps128_ps256(_mm256_castps256_ps128(sum8)));
+  _mm256_store_ps(s1, _mm256_zextps128_ps256(_mm256_extractf128_ps(sum8, 1)));
+}
+
 inline __m256 load8_f16(const uint16_t* h) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
@@ -321,7 +351,16 @@ struct Avx2 {
                                    float scale, float* s) {
     (void)nk;
     const __m256 vscale = _mm256_set1_ps(scale);
-    for (int j = 0; j < sp.n_cache; ++j) {
+    int j = 0;
+    if constexpr (NH <= 4) {
+      for (; j + 1 < sp.n_cache; j += 2) {
+        const uint8_t* row = sp.cache + j * sp.cache_stride;
+        score_2keys_4heads<D, NH>(qt, d, vscale, reinterpret_cast<const uint16_t*>(row),
+                                  reinterpret_cast<const uint16_t*>(row + sp.cache_stride),
+                                  s + j * 8, s + (j + 1) * 8);
+      }
+    }
+    for (; j < sp.n_cache; ++j) {
       const uint16_t* kh = reinterpret_cast<const uint16_t*>(sp.cache + j * sp.cache_stride);
       score_key_8heads<D, NH>(qt, d, vscale, [kh](int c) { return load8_f16(kh + c); },
                               s + j * 8);
@@ -365,31 +404,54 @@ struct Avx2 {
     if (h < nh) kernels::pv_row<D, 8>(acc + (int64_t)h * d, corr[h], s + h, kv, nk, d);
   }
 
-  // Direct PV: per 8 dims, the heads' accumulators in registers, each V
-  // chunk converted once for all of them.
+  // Direct PV: per CH x 8 dims, the heads' accumulators in registers, each
+  // V chunk converted once for all of them.  CH chunks at a time so that a
+  // small group still has ~8 independent FMA chains (each chain runs over
+  // the block's keys, one FMA latency per key).
   template <int D, int NH>
   static void decode_pv_direct(const attn::Span& sp, float* acc, const float* corr,
                                const float* s, int nk, int d_rt) {
     (void)nk;
     const int d = D ? D : d_rt;
-    for (int c = 0; c < d; c += 8) {
-      __m256 r[NH];
+    constexpr int CH = NH <= 3 ? 4 : NH <= 4 ? 2 : 1;
+    if (d % (8 * CH) != 0) return decode_pv_direct_ch<D, NH, 1>(sp, acc, corr, s, d);
+    decode_pv_direct_ch<D, NH, CH>(sp, acc, corr, s, d);
+  }
+  template <int D, int NH, int CH>
+  static void decode_pv_direct_ch(const attn::Span& sp, float* acc, const float* corr,
+                                  const float* s, int d) {
+    for (int c = 0; c < d; c += 8 * CH) {
+      __m256 r[NH][CH];
       for (int h = 0; h < NH; ++h) {
-        r[h] = _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)h * d + c),
-                             _mm256_broadcast_ss(corr + h));
+        const __m256 ch = _mm256_broadcast_ss(corr + h);
+        for (int k = 0; k < CH; ++k) {
+          r[h][k] = _mm256_mul_ps(_mm256_load_ps(acc + (int64_t)h * d + c + 8 * k), ch);
+        }
       }
       for (int j = 0; j < sp.n_cache; ++j) {
-        const __m256 vv = load8_f16(
-            reinterpret_cast<const uint16_t*>(sp.cache + j * sp.cache_stride + (int64_t)c * 2));
+        const uint16_t* vh =
+            reinterpret_cast<const uint16_t*>(sp.cache + j * sp.cache_stride + (int64_t)c * 2);
         const float* pj = s + j * 8;
-        for (int h = 0; h < NH; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
+        __m256 p[NH];  // NH + 1 + NH * CH <= 16 registers
+        for (int h = 0; h < NH; ++h) p[h] = _mm256_broadcast_ss(pj + h);
+        for (int k = 0; k < CH; ++k) {
+          const __m256 vv = load8_f16(vh + 8 * k);
+          for (int h = 0; h < NH; ++h) r[h][k] = _mm256_fmadd_ps(p[h], vv, r[h][k]);
+        }
       }
       for (int t = 0; t < sp.n_staged; ++t) {
-        const __m256 vv = _mm256_loadu_ps(sp.staged + t * sp.staged_stride + c);
+        const float* vf = sp.staged + t * sp.staged_stride + c;
         const float* pj = s + (sp.n_cache + t) * 8;
-        for (int h = 0; h < NH; ++h) r[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + h), vv, r[h]);
+        __m256 p[NH];
+        for (int h = 0; h < NH; ++h) p[h] = _mm256_broadcast_ss(pj + h);
+        for (int k = 0; k < CH; ++k) {
+          const __m256 vv = _mm256_loadu_ps(vf + 8 * k);
+          for (int h = 0; h < NH; ++h) r[h][k] = _mm256_fmadd_ps(p[h], vv, r[h][k]);
+        }
       }
-      for (int h = 0; h < NH; ++h) _mm256_store_ps(acc + (int64_t)h * d + c, r[h]);
+      for (int h = 0; h < NH; ++h) {
+        for (int k = 0; k < CH; ++k) _mm256_store_ps(acc + (int64_t)h * d + c + 8 * k, r[h][k]);
+      }
     }
   }
 };

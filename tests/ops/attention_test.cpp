@@ -433,6 +433,127 @@ TEST_P(ops_attention_staged, equals_all_in_cache_and_ignores_rows_past_pos0) {
   }
 }
 
+// --- key ranges (AttentionArgs::lse, kernels::attention_combine) -----------
+
+// Decode cut into key ranges, as the executor cuts it (every split count
+// from 1 to kAttnMaxSplits, whether the ranges are a key block long or a
+// handful of keys, some empty): each range's lse against log(sum(exp)) of
+// the double scores over it, and the combined output against the double
+// oracle and against the same ISA's uncut call.  With staged rows, the last
+// one or two positions come from k_new / v_new (the cache there is NaN), as
+// in decode and forward_as_decode.
+TEST_P(ops_attention, key_ranges_combine_to_the_whole) {
+  SCOPED_TRACE(trace());
+  for (const Case& c : cases()) {
+    if (c.n_q != 1 || c.n_ctx > 1100) continue;  // run time (qemu): up to 1031 keys
+    SCOPED_TRACE(describe(c));
+    const int d = c.head_dim, group = c.n_head / c.n_head_kv;
+    const float scale = 1.0f / std::sqrt((float)d);
+    const int64_t row = (int64_t)c.n_head * d, kv_row = (int64_t)c.n_head_kv * d;
+    const auto q = random_floats(rng_, row, -1, 1);
+    const auto kf = random_floats(rng_, (int64_t)c.n_ctx * kv_row, -1, 1);
+    const auto vf = random_floats(rng_, (int64_t)c.n_ctx * kv_row, -1, 1);
+    const int64_t hi = c.n_ctx - 1;
+    const int64_t lo = c.window > 0 ? std::max<int64_t>(0, hi - c.window + 1) : 0;
+    for (Type t : {Type::F32, Type::F16, Type::Q8_0}) {
+      if (t == Type::Q8_0 && d % 32 != 0) continue;
+      for (int n_staged : {0, 1, 2}) {
+        if (n_staged > c.n_ctx) continue;
+        char what[64];
+        std::snprintf(what, sizeof what, "%s, %d staged", type_name(t), n_staged);
+        SCOPED_TRACE(what);
+        const Cache kc = make_cache(kf, c.n_ctx, c.n_head_kv, d, t);
+        const Cache vc = make_cache(vf, c.n_ctx, c.n_head_kv, d, t);
+        // What attention sees: the cache's values, exact f32 where staged.
+        std::vector<double> kd(kc.deq), vd(vc.deq);
+        const int64_t s0 = c.n_ctx - n_staged;
+        for (int64_t j = s0 * kv_row; j < c.n_ctx * kv_row; ++j) {
+          kd[j] = kf[j];
+          vd[j] = vf[j];
+        }
+        const Oracle o = naive(c, q, kd, vd, scale);
+        const std::vector<uint8_t> k_bad = poisoned(kc, (int)s0, c.n_ctx);
+        const std::vector<uint8_t> v_bad = poisoned(vc, (int)s0, c.n_ctx);
+        AttentionArgs a{};
+        a.q = q.data();
+        a.q_stride = row;
+        a.n_q = 1;
+        a.pos0 = c.n_ctx - 1;
+        a.k = n_staged ? k_bad.data() : kc.bytes.data();
+        a.v = n_staged ? v_bad.data() : vc.bytes.data();
+        a.kv_type = t;
+        a.kv_stride_bytes = kc.stride;
+        a.n_head = c.n_head;
+        a.n_head_kv = c.n_head_kv;
+        a.head_dim = d;
+        a.scale = scale;
+        a.window = c.window;
+        if (n_staged) {
+          a.k_new = kf.data() + s0 * kv_row;
+          a.v_new = vf.data() + s0 * kv_row;
+          a.new_stride = kv_row;
+          a.n_new_before = n_staged - 1;
+        }
+        const std::vector<float> whole = run_attention(ops().attention, a);
+        for (int n : {2, 3, kernels::attention_splits(hi - lo + 1), kernels::kAttnMaxSplits}) {
+          std::vector<float> parts((size_t)(n * row), -7.0f), lse((size_t)(n * c.n_head), 7.0f);
+          std::vector<float> scratch(kernels::attention_scratch_floats(a) + 1);
+          for (int s = 0; s < n; ++s) {
+            AttentionArgs p = a;
+            kernels::attention_split_range(lo, hi, s, n, &p.key_lo, &p.key_hi);
+            p.out = parts.data() + s * row;
+            p.lse = lse.data() + s * c.n_head;
+            // One call per kv group, as the executor's tasks are.
+            for (int g = 0; g < c.n_head_kv; ++g) {
+              ops().attention(p, g * group, (g + 1) * group, scratch.data() + 1);
+            }
+            // lse of each head against the double scores over the range.
+            for (int h = 0; h < c.n_head; ++h) {
+              const int gk = h / group;
+              double m = -INFINITY;
+              std::vector<double> sc;
+              for (int64_t j = p.key_lo; j <= p.key_hi; ++j) {
+                double dot = 0;
+                for (int i = 0; i < d; ++i) dot += (double)q[h * d + i] * kd[(j * c.n_head_kv + gk) * d + i];
+                sc.push_back(dot * scale);
+                m = std::max(m, sc.back());
+              }
+              const float got = lse[(size_t)(s * c.n_head + h)];
+              if (sc.empty()) {
+                ASSERT_EQ(got, -INFINITY) << "split " << s << " of " << n << " head " << h;
+                for (int i = 0; i < d; ++i) ASSERT_EQ(parts[s * row + h * d + i], 0.0f);
+                continue;
+              }
+              double sum = 0;
+              for (double x : sc) sum += std::exp(x - m);
+              const double want = m + std::log(sum);
+              // The scores' error (bound(): delta) plus the float sum of the
+              // exponentials and the log.
+              const double delta = (d + 2) * kEps * scale * o.s_abs[(size_t)h];
+              ASSERT_NEAR(got, want, 2 * delta + (sc.size() + 16) * kEps * (1 + std::fabs(want)))
+                  << "split " << s << " of " << n << " head " << h;
+            }
+          }
+          std::vector<float> out((size_t)row);
+          for (int h = 0; h < c.n_head; ++h) {
+            kernels::attention_combine(parts.data() + h * d, row, lse.data() + h, c.n_head, n, d,
+                                       out.data() + h * d);
+            const double tol = bound(c, o, (size_t)h, scale);
+            for (int i = 0; i < d; ++i) {
+              // Each range's output carries the uncut call's error, and the
+              // weights exp(lse_s - max) the lse error (<= 2 tol relative).
+              ASSERT_NEAR(out[h * d + i], o.out[(size_t)h * d + i], 3 * tol + 8 * n * kEps)
+                  << n << " splits, head " << h << " dim " << i;
+              ASSERT_NEAR(out[h * d + i], whole[h * d + i], 4 * tol + 8 * n * kEps)
+                  << n << " splits vs uncut, head " << h << " dim " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(isa, ops_attention_staged, ::testing::ValuesIn(all_isas()),
                          isa_param_name);
 
