@@ -61,21 +61,18 @@ Grid grid_of(Type type, const void* block) {
   switch (type) {
     case Type::Q4_0:
       g.d = fp16_to_fp32(static_cast<const quant::BlockQ4_0*>(block)->d);
-      g.lo = -8;
-      g.hi = 7;
       break;
     case Type::Q4_1:
       g.d = fp16_to_fp32(static_cast<const quant::BlockQ4_1*>(block)->d);
       g.m = fp16_to_fp32(static_cast<const quant::BlockQ4_1*>(block)->m);
-      g.lo = 0;
-      g.hi = 15;
       break;
     default:  // Q8_0
       g.d = fp16_to_fp32(static_cast<const quant::BlockQ8_0*>(block)->d);
-      g.lo = -127;
-      g.hi = 127;
       break;
   }
+  const quant::LevelRange range = quant::level_range(type);
+  g.lo = range.lo;
+  g.hi = range.hi;
   return g;
 }
 

@@ -88,10 +88,10 @@ void encode(float d, const int* q, BlockQ4_0& b) {
   set_block_levels(Type::Q4_0, &b, q);
 }
 
-// Symmetric formats (x ~ d * q, q in [qmin, qmax]).  Candidates map the
-// value of largest magnitude to the level qmin - delta or qmax + delta,
-// delta in [-1, 2] (beyond the end clips it, short of it leaves
-// levels unused); each candidate's levels get the least-squares scale
+// Symmetric formats (x ~ d * q, q in level_range(t) = [qmin, qmax]).
+// Candidates map the value of largest magnitude to the level qmin - delta
+// or qmax + delta, delta in [-1, 2] (beyond the end clips it, short of it
+// leaves levels unused); each candidate's levels get the least-squares scale
 // sum(x q) / sum(q q), then are re-rounded with it and refitted once more.
 // A candidate's error is computed as the block dequantizes (fp16 scale times
 // level, in float), without encoding it.  With importance weights w the
@@ -99,7 +99,9 @@ void encode(float d, const int* q, BlockQ4_0& b) {
 // from the largest value among the columns that carry weight (w >= 5% of the
 // block's largest), so an outlier in an unweighted column may be clipped.
 template <typename Block>
-void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, const float* w) {
+void search_symmetric(const float* x, Type t, Block& best, const float* w) {
+  const LevelRange range = level_range(t);
+  const int qmin = range.lo, qmax = range.hi;
   double best_err = block_sse(t, &best, x, w);  // `best` holds the starting block
   float amax = 0, max = 0;
   float wmax = 0;
@@ -189,10 +191,11 @@ void search_symmetric(const float* x, int qmin, int qmax, Type t, Block& best, c
   if (found) encode(best_d, best_q, best);
 }
 
-// Q4_1 (x ~ d * q + m, q in [0, 15]): candidate ranges [lo, hi] trimmed by
-// up to 10% at either end; each is refined by alternating re-rounding and a
-// joint least-squares fit of (d, m) for the levels (weighted by w when set,
-// and then also from the range of the weighted columns alone).
+// Q4_1 (x ~ d * q + m, q in level_range(Q4_1) = [0, 15]): candidate ranges
+// [lo, hi] trimmed by up to 10% at either end; each is refined by
+// alternating re-rounding and a joint least-squares fit of (d, m) for the
+// levels (weighted by w when set, and then also from the range of the
+// weighted columns alone).
 void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
   double best_err = block_sse(Type::Q4_1, &best, x, w);
   float min = x[0], max = x[0];
@@ -202,10 +205,12 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
   }
   const float range = max - min;
   if (range == 0 || !std::isfinite(range)) return;
+  const LevelRange q_range = level_range(Type::Q4_1);
+  const float steps = static_cast<float>(q_range.hi - q_range.lo);
   int q[kBlock];
   auto levels = [&](float d, float m) {
     const float id = 1 / d;
-    for (int j = 0; j < kBlock; ++j) q[j] = round_clamp((x[j] - m) * id, 0, 15);
+    for (int j = 0; j < kBlock; ++j) q[j] = round_clamp((x[j] - m) * id, q_range.lo, q_range.hi);
   };
   auto consider = [&](float d, float m) {
     const float d16 = fp16_to_fp32(fp32_to_fp16(d));
@@ -226,7 +231,7 @@ void search_q4_1(const float* x, BlockQ4_1& best, const float* w) {
     for (int a = 0; a <= 4; ++a) {
       for (int c = 0; c <= 4; ++c) {
         const float lo = mn + 0.025f * a * r, hi = mx - 0.025f * c * r;
-        float d = (hi - lo) / 15, m = lo;
+        float d = (hi - lo) / steps, m = lo;
         for (int it = 0; it < 3 && d > 0; ++it) {
           levels(d, m);
           auto wt = [&](int j) { return w ? static_cast<double>(w[j]) : 1.0; };
@@ -275,8 +280,8 @@ void searched_block(const float* x, const float* w, Block& out, Plain plain, Sea
 
 void plain_q8_0(const float* x, BlockQ8_0& b);
 
-void search_q8_0(const float* x, BlockQ8_0& b, const float* w) { search_symmetric(x, -127, 127, Type::Q8_0, b, w); }
-void search_q4_0(const float* x, BlockQ4_0& b, const float* w) { search_symmetric(x, -8, 7, Type::Q4_0, b, w); }
+void search_q8_0(const float* x, BlockQ8_0& b, const float* w) { search_symmetric(x, Type::Q8_0, b, w); }
+void search_q4_0(const float* x, BlockQ4_0& b, const float* w) { search_symmetric(x, Type::Q4_0, b, w); }
 
 }  // namespace
 
@@ -314,6 +319,19 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
     const float d = quantize_block_q8(x + i * kBlock, y[i].q, &sum);
     y[i].d = fp32_to_fp16(d);
     y[i].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
+LevelRange level_range(Type type) {
+  switch (type) {
+    case Type::Q8_0:
+      return {-127, 127};
+    case Type::Q4_0:
+      return {-8, 7};
+    case Type::Q4_1:
+      return {0, 15};
+    default:
+      return {};
   }
 }
 

@@ -68,9 +68,18 @@ inline int round_clamp(float v, int lo, int hi) {
   return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
 }
 
-// Writes the 32 levels q into one block of `type` (Q8_0 q in [-127, 127],
-// Q4_0 in [-8, 7], Q4_1 in [0, 15]); its scale (and minimum) stay as they
-// are.  Another type: nothing is written.
+// The integer levels a block of `type` holds, lo <= q <= hi: Q8_0
+// [-127, 127] (int8 could hold -128; the quantizers never write it), Q4_0
+// [-8, 7] (nibble - 8), Q4_1 [0, 15].  {0, 0} for a type set_block_levels
+// does not write.
+struct LevelRange {
+  int lo = 0, hi = 0;
+};
+LevelRange level_range(Type type);
+
+// Writes the 32 levels q (each within level_range(type)) into one block of
+// `type`; its scale (and minimum) stay as they are.  Another type: nothing
+// is written.
 void set_block_levels(Type type, void* block, const int* q);
 
 // Q4_0's search weights without an imatrix, over a row of n values:

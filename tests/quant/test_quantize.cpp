@@ -3,6 +3,7 @@
 // error-minimising method never worse than plain round-to-nearest.
 #include "quant/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -259,6 +260,97 @@ TEST(Quantize, Q4_0SearchIsWeightedByItsRow) {
     ASSERT_TRUE(quantize_row(Type::Q4_0, row, a.data(), cols, QuantMethod::search));
     ASSERT_TRUE(quantize_row_weighted(Type::Q4_0, row, b.data(), cols, w.data()));
     EXPECT_EQ(a, b) << "row " << r;
+  }
+}
+
+// The 32 levels of one block, read from its bytes as quant.h lays them out.
+void block_levels(Type t, const uint8_t* block, int* q) {
+  const uint8_t* qs = block + traits(t).scale_bytes;
+  for (int j = 0; j < kBlock; ++j) {
+    if (t == Type::Q8_0) {
+      q[j] = static_cast<int8_t>(qs[j]);
+    } else {  // nibbles: element j low in byte j, j + 16 high
+      const int nibble = (qs[j % (kBlock / 2)] >> (j < kBlock / 2 ? 0 : 4)) & 0x0f;
+      q[j] = t == Type::Q4_0 ? nibble - 8 : nibble;
+    }
+  }
+}
+
+// level_range(t) is what a block of t holds: with scale 1 (and minimum 0)
+// every level from lo to hi dequantizes to itself, and there is none past
+// either end (a nibble has 16 values; Q8_0 stays symmetric, leaving int8's
+// -128 out).  Types set_block_levels does not write get {0, 0}.
+TEST(Quantize, LevelRangeIsWhatABlockHolds) {
+  const Type all[] = {Type::F32, Type::F16, Type::Q4_0, Type::Q4_1, Type::Q8_0, Type::Q8_1};
+  for (Type t : all) {
+    const TypeTraits& tr = traits(t);
+    SCOPED_TRACE(tr.name);
+    const LevelRange r = level_range(t);
+    if (!tr.weight || tr.block_size != kBlock) {
+      EXPECT_EQ(0, r.lo);
+      EXPECT_EQ(0, r.hi);
+      continue;
+    }
+    ASSERT_LT(r.lo, r.hi);
+    std::vector<uint8_t> block(tr.block_bytes, 0);
+    const uint16_t one = fp32_to_fp16(1.0f);
+    std::memcpy(block.data(), &one, sizeof one);  // every block starts with d
+    for (int first = r.lo; first <= r.hi; first += kBlock) {
+      int q[kBlock], back[kBlock];
+      float y[kBlock];
+      for (int j = 0; j < kBlock; ++j) q[j] = std::min(first + j, r.hi);
+      set_block_levels(t, block.data(), q);
+      tr.to_float(block.data(), y, kBlock);
+      block_levels(t, block.data(), back);
+      for (int j = 0; j < kBlock; ++j) {
+        ASSERT_EQ(static_cast<float>(q[j]), y[j]) << "level " << q[j];
+        ASSERT_EQ(q[j], back[j]);
+      }
+    }
+  }
+  for (Type t : {Type::Q4_0, Type::Q4_1}) EXPECT_EQ(16, level_range(t).hi - level_range(t).lo + 1);
+  EXPECT_EQ(127, level_range(Type::Q8_0).hi);
+  EXPECT_EQ(-127, level_range(Type::Q8_0).lo);
+}
+
+// Every quantizer (plain, search, weighted search) writes levels within
+// level_range, and plain reaches both ends on a block of -1 and +1 whose
+// largest magnitude comes first as -1: Q4_0 then maps +1 to 8, one past
+// its end, and clamps it to 7; Q8_0 maps -1 to -127, never -128.
+TEST(Quantize, QuantizersStayWithinTheLevelRange) {
+  SCOPED_TRACE("seed " + std::to_string(kSeed));
+  const size_t n = 32 * 64;
+  std::vector<float> x = random_weights(n, kSeed + 3);
+  for (int j = 0; j < kBlock; ++j) x[j] = -1.0f + 2.0f * static_cast<float>(j % 2);
+  std::vector<float> importance(n);
+  std::mt19937 rng(kSeed);
+  std::uniform_real_distribution<float> u(0, 1);
+  for (float& v : importance) v = u(rng) * u(rng);
+  const char* const kMethods[] = {"plain", "search", "weighted search"};
+  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+    const LevelRange r = level_range(t);
+    const size_t block_bytes = traits(t).block_bytes;
+    for (int method = 0; method < 3; ++method) {
+      SCOPED_TRACE(std::string(traits(t).name) + " " + kMethods[method]);
+      std::vector<uint8_t> row(row_bytes(t, static_cast<int64_t>(n)));
+      if (method < 2) {
+        ASSERT_TRUE(quantize_row(t, x.data(), row.data(), static_cast<int64_t>(n),
+                                 method == 0 ? QuantMethod::plain : QuantMethod::search));
+      } else {
+        ASSERT_TRUE(quantize_row_weighted(t, x.data(), row.data(), static_cast<int64_t>(n), importance.data()));
+      }
+      for (size_t b = 0; b < n / kBlock; ++b) {
+        int q[kBlock];
+        block_levels(t, row.data() + b * block_bytes, q);
+        const auto [lo, hi] = std::minmax_element(q, q + kBlock);
+        ASSERT_GE(*lo, r.lo) << "block " << b;
+        ASSERT_LE(*hi, r.hi) << "block " << b;
+        if (method == 0 && b == 0) {
+          EXPECT_EQ(r.lo, *lo);
+          EXPECT_EQ(r.hi, *hi);
+        }
+      }
+    }
   }
 }
 
