@@ -22,7 +22,8 @@ std::string shape_of(const gguf::TensorInfo& t) {
 // use is refused rather than ignored.
 class ClipReader {
  public:
-  explicit ClipReader(const gguf::File& f, bool repack) : f_(f), repack_(repack) {}
+  explicit ClipReader(const gguf::File& f, const LoadOptions& opt)
+      : f_(f), repack_(opt.repack), threads_(load_threads(opt)) {}
 
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
 
@@ -78,7 +79,7 @@ class ClipReader {
     }
     Weight w = weight_of(t, name, rows, cols);
     // A repacked weight is read from its copy: its file pages go as it is copied.
-    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack_, drop_copied_pages(f_));
+    w.packed = kernels::pack_weight(w.type, w.data, rows, cols, repack_, drop_copied_pages(f_), threads_);
     (w.packed.storage.empty() ? mapped_bytes_ : heap_bytes_) += t.n_bytes;
     return w;
   }
@@ -112,6 +113,7 @@ class ClipReader {
 
   const gguf::File& f_;
   bool repack_;
+  int threads_;
   std::set<std::string> taken_;
   uint64_t n_params_ = 0;
   uint64_t mapped_bytes_ = 0, heap_bytes_ = 0;
@@ -143,7 +145,7 @@ void read_hparams(const gguf::File& f, const ClipReader& r, ClipHParams& hp) {
 
 }  // namespace
 
-std::unique_ptr<ClipModel> load_clip(std::unique_ptr<gguf::File> file, bool repack) {
+std::unique_ptr<ClipModel> load_clip(std::unique_ptr<gguf::File> file, const LoadOptions& opt) {
   const gguf::File& f = *file;
   const std::string arch = f.get_string_or("general.architecture", "");
   if (arch != "clip") bad(LILIMS_ERR_UNSUPPORTED, "general.architecture is '" + arch + "', not 'clip'");
@@ -156,7 +158,7 @@ std::unique_ptr<ClipModel> load_clip(std::unique_ptr<gguf::File> file, bool repa
   }
   auto m = std::make_unique<ClipModel>();
   ClipHParams& hp = m->hp;
-  ClipReader r(f, repack);
+  ClipReader r(f, opt);
   read_hparams(f, r, hp);
   m->image = clip_image_params(f);
   const int64_t d = hp.n_embd;

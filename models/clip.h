@@ -71,8 +71,10 @@ struct ClipModel {
 // architecture, projector type or a tensor it does not know, LILIMS_ERR_MISSING
 // for an absent key or tensor, LILIMS_ERR_BAD_FORMAT for bad shapes or values.
 // Matrices may be F32, F16, Q8_0, Q4_0 or Q4_1 (the patch embedding F32/F16
-// unless its width is whole blocks); vectors F32 or F16.
-std::unique_ptr<ClipModel> load_clip(std::unique_ptr<gguf::File> file, bool repack = true);
+// unless its width is whole blocks); vectors F32 or F16.  Of the options,
+// repack and n_threads apply as they do to load_model; the encoder's
+// projections are never fused and no progress is reported.
+std::unique_ptr<ClipModel> load_clip(std::unique_ptr<gguf::File> file, const LoadOptions& opt = {});
 
 // The encoder graph: input rows are the unfolded patches, output rows the
 // projected image embeddings (n_patches rows of n_out).

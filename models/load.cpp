@@ -24,7 +24,7 @@ class Reader {
  public:
   Reader(const gguf::File& f, std::string arch, const LoadOptions& opt)
       : f_(f), arch_(std::move(arch)), repack_(opt.repack), fuse_(opt.fuse_projections),
-        threads_(opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency())),
+        threads_(load_threads(opt)),
         progress_(opt.progress) {
     for (const gguf::TensorInfo& t : f_.tensors()) total_bytes_ += t.n_bytes;
   }
@@ -482,6 +482,10 @@ Weight weight_of(const gguf::TensorInfo& t, const std::string& name, int64_t row
   w.cols = cols;
   w.data = t.data;
   return w;
+}
+
+int load_threads(const LoadOptions& opt) {
+  return opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
 }
 
 kernels::SourceDone drop_copied_pages(const gguf::File& f) {

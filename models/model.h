@@ -133,7 +133,7 @@ struct LoadOptions {
   // of the layout (kernels::can_stack); the others stay separate.
   bool fuse_projections = true;
   // Threads that repack the weights (the bytes do not depend on it); 0:
-  // one per core of the machine.
+  // one per core of the machine (load_threads).
   int n_threads = 0;
   // Called after each tensor is read (repacked) with the fraction of the
   // file's tensor bytes done so far (nondecreasing, 1 after the last).  It
@@ -147,6 +147,9 @@ struct LoadOptions {
 // absent tensor or hyperparameter, LILIMS_ERR_BAD_FORMAT for inconsistent
 // shapes or hyperparameters.
 std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOptions& opt = {});
+
+// The threads a load repacks on: opt.n_threads, or one per core when it is 0.
+int load_threads(const LoadOptions& opt);
 
 // Dequantizes row `row` of a weight (e.g. one token's embedding) into out (cols floats).
 void dequantize_row(const Weight& w, int64_t row, float* out);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,42 @@ std::vector<uint8_t> converted(const gguf::File& f, quant::Type to) {
       quant::quantize_row(to, fl.data() + r * cols, out.data() + (size_t)r * quant::row_bytes(to, cols), cols);
     }
     w.add_tensor(t.name, t.ne, (uint32_t)to, out.data(), out.size());
+  }
+  return w.to_bytes();
+}
+
+// The projector file with its MLP n_ff wide (64 in the file), the MLP's
+// weights seeded random Q8_0 (so the loader repacks them), its biases F32:
+// fc1's n_ff rows then span several of the repack's 256-row slices.
+std::vector<uint8_t> widened_mlp(const gguf::File& f, int64_t n_ff, uint32_t seed) {
+  const uint64_t file_n_ff = (uint64_t)f.get_int("clip.vision.feed_forward_length");
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 0.1f);
+  gguf::Writer w;
+  for (const gguf::KeyValue& kv : f.metadata()) w.add(kv.key, kv.value);
+  w.add_u32("clip.vision.feed_forward_length", (uint32_t)n_ff);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (t.name.find(".ffn_") == std::string::npos) {
+      w.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
+      continue;
+    }
+    std::vector<uint64_t> ne = t.ne;
+    for (uint64_t& n : ne) n = n == file_n_ff ? (uint64_t)n_ff : n;
+    uint64_t count = 1;
+    for (uint64_t n : ne) count *= n;
+    std::vector<float> fl((size_t)count);
+    for (float& v : fl) v = gauss(rng);
+    if (ne.size() == 1) {
+      w.add_tensor(t.name, ne, (uint32_t)quant::Type::F32, fl.data(), fl.size() * sizeof(float));
+      continue;
+    }
+    const int64_t cols = (int64_t)ne[0], rows = (int64_t)(count / ne[0]);
+    const size_t rb = quant::row_bytes(quant::Type::Q8_0, cols);
+    std::vector<uint8_t> q(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::quantize_row(quant::Type::Q8_0, fl.data() + r * cols, q.data() + (size_t)r * rb, cols);
+    }
+    w.add_tensor(t.name, ne, (uint32_t)quant::Type::Q8_0, q.data(), q.size());
   }
   return w.to_bytes();
 }
@@ -151,6 +188,35 @@ TEST(Clip, Q8_0WeightsStayClose) {
   EXPECT_GT(oracle.max_err, kFp32Tol) << "the weights were not re-quantized";
   std::printf("Q8_0 weights: max error %.3g (oracle), %.3g (fast) on outputs up to %.3g\n",
               oracle.max_err, fast.max_err, oracle.max_abs);
+}
+
+// The loader repacks on LoadOptions::n_threads threads; the bytes do not
+// depend on it.  fc1 widened to 608 rows repacks in three slices.
+TEST(Clip, LoadThreadsChangeNoByte) {
+  const uint32_t seed = 20240611;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const auto f16 = gguf::File::open(llava("mmproj.gguf"));
+  const std::vector<uint8_t> bytes = widened_mlp(*f16, 608, seed);
+  auto load = [&](int threads) {
+    LoadOptions opt;
+    opt.n_threads = threads;
+    return load_clip(gguf::File::from_bytes(bytes.data(), bytes.size()), opt);
+  };
+  const auto one = load(1), three = load(3);
+  ASSERT_EQ(one->layers[0].ffn_up.rows, 608);
+  if (one->layers[0].ffn_up.packed.storage.empty()) GTEST_SKIP() << "the ref path repacks nothing";
+  auto weights = [](const ClipModel& m) {
+    std::vector<const Weight*> w = {&m.patch_embd, &m.mm0, &m.mm2};
+    for (const ClipLayer& L : m.layers) {
+      for (const Weight* x : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_up, &L.ffn_down}) w.push_back(x);
+    }
+    return w;
+  };
+  const std::vector<const Weight*> a = weights(*one), b = weights(*three);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]->packed.layout, b[i]->packed.layout) << a[i]->name;
+    EXPECT_TRUE(a[i]->packed.storage == b[i]->packed.storage) << a[i]->name;
+  }
 }
 
 TEST(Clip, PlanIsKnownBeforeItRuns) {
