@@ -26,6 +26,23 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
   return b;
 }
 
+// Rows of a group of the layout pack_weight repacks `type` into; 0 when it
+// leaves the type in the GGUF layout (the ref path).
+int64_t repack_group_rows(quant::Type type) {
+  const int layout = kernels::preferred_layout(type);
+  return layout == kernels::kLayoutGguf ? 0 : quant::layout_group_rows(layout);
+}
+
+// The source bytes of weights of rows[i] x cols of `type`, part i random
+// from seed + i.
+std::vector<std::vector<uint8_t>> random_parts(quant::Type type, const std::vector<int64_t>& rows, int64_t cols,
+                                               uint64_t seed) {
+  const size_t rb = quant::row_bytes(type, cols);
+  std::vector<std::vector<uint8_t>> parts;
+  for (size_t i = 0; i < rows.size(); ++i) parts.push_back(random_bytes(rb * (size_t)rows[i], seed + i));
+  return parts;
+}
+
 // The byte ranges a SourceDone was told about.
 struct Seen {
   std::vector<std::pair<const void*, size_t>> slices;
@@ -35,23 +52,19 @@ struct Seen {
 TEST(PackStacked, EqualsPackingTheConcatenation) {
   const int64_t cols = 96;
   for (quant::Type type : {quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::Q4_1}) {
-    const int layout = kernels::preferred_layout(type);
-    if (layout == kernels::kLayoutGguf) GTEST_SKIP() << "the ref path repacks nothing";
-    const int64_t g = quant::layout_group_rows(layout);
+    const int64_t g = repack_group_rows(type);
+    if (g == 0) GTEST_SKIP() << "the ref path repacks nothing";
     // whole groups, then a last part with a partial group (padded at the end)
     const std::vector<int64_t> rows = {4 * g, g, 2 * g + 3};
     const uint64_t seed = test::base_seed() + (uint64_t)type;
     SCOPED_TRACE(std::string(quant::traits(type).name) + " seed " + std::to_string(seed));
     const size_t rb = quant::row_bytes(type, cols);
-    std::vector<std::vector<uint8_t>> parts;
+    const std::vector<std::vector<uint8_t>> parts = random_parts(type, rows, cols, seed);
     std::vector<uint8_t> all;
     std::vector<Seen> seen(rows.size());
     std::vector<kernels::WeightPart> wp;
     for (size_t i = 0; i < rows.size(); ++i) {
-      parts.push_back(random_bytes(rb * (size_t)rows[i], seed + i));
       all.insert(all.end(), parts[i].begin(), parts[i].end());
-    }
-    for (size_t i = 0; i < rows.size(); ++i) {
       wp.push_back({parts[i].data(), rows[i], kernels::SourceDone{&Seen::fn, &seen[i]}});
     }
     ASSERT_TRUE(kernels::can_stack(type, wp, true));
@@ -80,13 +93,10 @@ TEST(PackStacked, EqualsPackingTheConcatenation) {
 TEST(PackStacked, ThreadsChangeNoByte) {
   const int64_t cols = 64;
   for (quant::Type type : {quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::Q4_1}) {
-    const int layout = kernels::preferred_layout(type);
-    if (layout == kernels::kLayoutGguf) GTEST_SKIP() << "the ref path repacks nothing";
-    const int64_t g = quant::layout_group_rows(layout);
+    const int64_t g = repack_group_rows(type);
+    if (g == 0) GTEST_SKIP() << "the ref path repacks nothing";
     const std::vector<int64_t> rows = {64 * g, 48 * g + 5};  // slices of 256 rows, a partial group
-    const size_t rb = quant::row_bytes(type, cols);
-    std::vector<std::vector<uint8_t>> parts;
-    for (size_t i = 0; i < rows.size(); ++i) parts.push_back(random_bytes(rb * (size_t)rows[i], 40 + i));
+    const std::vector<std::vector<uint8_t>> parts = random_parts(type, rows, cols, 40);
     struct Count {
       std::atomic<size_t> bytes{0};
       static void fn(void* user, const void*, size_t n) { static_cast<Count*>(user)->bytes += n; }
