@@ -344,7 +344,8 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
   args.k = kv_->k(n.layer);
   args.v = kv_->v(n.layer);
   args.kv_type = kv_->type();
-  args.kv_stride_bytes = (int64_t)kv_->row_bytes();
+  args.kv_stride_bytes = (int64_t)kv_->head_bytes();
+  args.kv_head_stride_bytes = (int64_t)kv_->head_stride();
   args.n_head = sh.n_head;
   args.n_head_kv = sh.n_head_kv;
   args.head_dim = sh.head_dim;

@@ -31,7 +31,9 @@ int max_chunk_layers(const KvCacheConfig& cfg) {
 void check(const KvCacheConfig& cfg) {
   if (cfg.n_layer <= 0 || cfg.n_ctx <= 0 || cfg.n_batch <= 0 || cfg.kv_dim <= 0 ||
       cfg.chunk_begin.size() < 2 || cfg.chunk_begin.front() != 0 ||
-      cfg.chunk_begin.back() != cfg.n_layer || !cfg.ops) {
+      cfg.chunk_begin.back() != cfg.n_layer || !cfg.ops || cfg.n_heads <= 0 ||
+      cfg.kv_dim % cfg.n_heads != 0 ||
+      (cfg.type == quant::Type::Q8_0 && (cfg.kv_dim / cfg.n_heads) % quant::kBlock != 0)) {
     throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] inconsistent configuration");
   }
   if (cfg.type != quant::Type::F32 && cfg.type != quant::Type::F16 && cfg.type != quant::Type::Q8_0) {
@@ -57,7 +59,7 @@ KvCache::KvCache(const KvCacheConfig& cfg, CommitHook hook) : cfg_(cfg), hook_(h
     for (int l = cfg_.chunk_begin[c]; l < cfg_.chunk_begin[c + 1]; ++l) chunk_of_layer_[(size_t)l] = c;
   }
   chunk_ticket_.assign((size_t)n_chunks, 0);
-  storage_ = std::make_unique<KvStorage>(cfg_.n_layer, cfg_.n_ctx, row_bytes_);
+  storage_ = std::make_unique<KvStorage>(cfg_.n_layer, cfg_.n_ctx, row_bytes_, cfg_.n_heads);
   const uint64_t n_floats = staging_bytes(cfg_) / sizeof(float);
   staging_.reset(new (std::nothrow) float[n_floats]());
   if (!staging_) throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[kv-cache] no memory for the staging rows");
@@ -90,16 +92,21 @@ size_t KvCache::stage_offset(int layer, int kv) const {
 void KvCache::run(const Job& j) {
   if (hook_.fn) hook_.fn(hook_.user, j.chunk);
   const kernels::OpsTable& ops = *cfg_.ops;
-  const int64_t d = cfg_.kv_dim;
+  const int64_t d = cfg_.kv_dim, hd = d / cfg_.n_heads;
+  const size_t hb = storage_->head_bytes(), hs = storage_->head_stride();
   for (int l = cfg_.chunk_begin[(size_t)j.chunk]; l < cfg_.chunk_begin[(size_t)j.chunk + 1]; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
-      const float* src = staging_.get() + stage_offset(l, kv);
-      uint8_t* dst = (kv ? storage_->v(l) : storage_->k(l)) + (size_t)j.pos0 * row_bytes_;
-      for (int32_t t = 0; t < j.n; ++t, src += d, dst += row_bytes_) {
-        switch (cfg_.type) {
-          case quant::Type::F16: ops.fp32_to_fp16(src, reinterpret_cast<uint16_t*>(dst), d); break;
-          case quant::Type::Q8_0: ops.quantize_row_q8_0(src, dst, d); break;
-          default: std::memcpy(dst, src, (size_t)d * sizeof(float)); break;
+      const float* rows = staging_.get() + stage_offset(l, kv);
+      uint8_t* base = (kv ? storage_->v(l) : storage_->k(l)) + (size_t)j.pos0 * hb;
+      for (int h = 0; h < cfg_.n_heads; ++h) {
+        const float* src = rows + h * hd;
+        uint8_t* dst = base + (size_t)h * hs;
+        for (int32_t t = 0; t < j.n; ++t, src += d, dst += hb) {
+          switch (cfg_.type) {
+            case quant::Type::F16: ops.fp32_to_fp16(src, reinterpret_cast<uint16_t*>(dst), hd); break;
+            case quant::Type::Q8_0: ops.quantize_row_q8_0(src, dst, hd); break;
+            default: std::memcpy(dst, src, (size_t)hd * sizeof(float)); break;
+          }
         }
       }
     }
@@ -172,8 +179,26 @@ void KvCache::write_rows(int layer, int kv, int32_t pos0, int32_t n, const uint8
   sync();
   if (n == 0) return;
   storage_->mark_used(pos0 + n);
-  uint8_t* dst = (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)pos0 * row_bytes_;
-  std::memcpy(dst, rows, (size_t)n * row_bytes_);
+  const size_t hb = storage_->head_bytes(), hs = storage_->head_stride();
+  uint8_t* base = (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)pos0 * hb;
+  for (int h = 0; h < cfg_.n_heads; ++h) {
+    for (int32_t t = 0; t < n; ++t) {
+      std::memcpy(base + (size_t)h * hs + (size_t)t * hb, rows + (size_t)t * row_bytes_ + (size_t)h * hb, hb);
+    }
+  }
+}
+
+void KvCache::read_rows(int layer, int kv, int32_t pos0, int32_t n, uint8_t* rows) const {
+  if (layer < 0 || layer >= cfg_.n_layer || pos0 < 0 || n < 0 || pos0 > cfg_.n_ctx - n) {
+    throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] rows out of range");
+  }
+  const size_t hb = storage_->head_bytes(), hs = storage_->head_stride();
+  const uint8_t* base = (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)pos0 * hb;
+  for (int h = 0; h < cfg_.n_heads; ++h) {
+    for (int32_t t = 0; t < n; ++t) {
+      std::memcpy(rows + (size_t)t * row_bytes_ + (size_t)h * hb, base + (size_t)h * hs + (size_t)t * hb, hb);
+    }
+  }
 }
 
 void KvCache::release_from(int32_t n_keep) {

@@ -46,6 +46,7 @@ struct KvCacheConfig {
   int32_t n_ctx = 0;
   int32_t n_batch = 0;   // staged rows per layer
   int64_t kv_dim = 0;    // floats of one position's K (or V) in one layer
+  int n_heads = 1;       // kv heads (kv_dim / n_heads floats each; Q8_0: whole blocks)
   quant::Type type = quant::Type::F16;  // F32, F16 or Q8_0 (kv_dim % 32 == 0)
   // Block chunks: layers [chunk_begin[c], chunk_begin[c + 1]).
   std::vector<int> chunk_begin;
@@ -65,10 +66,14 @@ class KvCache {
   // Bytes of the staging sets for cfg.
   static uint64_t staging_bytes(const KvCacheConfig& cfg);
 
-  // Committed rows of a layer: position p at p * row_bytes().
+  // Committed rows of a layer: kv head h, position p at h * head_stride() +
+  // p * head_bytes() (graph/kv_storage.h).  row_bytes() is one position of
+  // every head, the unit of read_rows / write_rows and of saved states.
   const uint8_t* k(int layer) const { return storage_->k(layer); }
   const uint8_t* v(int layer) const { return storage_->v(layer); }
   size_t row_bytes() const { return row_bytes_; }
+  size_t head_bytes() const { return storage_->head_bytes(); }
+  size_t head_stride() const { return storage_->head_stride(); }
   quant::Type type() const { return cfg_.type; }
   size_t bytes() const { return storage_->bytes(); }
   uint64_t resident_bytes() const { return storage_->resident_bytes(); }
@@ -91,6 +96,9 @@ class KvCache {
   // issued so far, so that a queued commit cannot overwrite them.  Restoring
   // a saved state goes through here: only the pages of those rows are touched.
   void write_rows(int layer, int kv, int32_t pos0, int32_t n, const uint8_t* rows);
+  // The committed rows of positions pos0.. as n whole rows (n * row_bytes()
+  // bytes, every head of a position together); sync() first.
+  void read_rows(int layer, int kv, int32_t pos0, int32_t n, uint8_t* rows) const;
 
  private:
   struct Job {

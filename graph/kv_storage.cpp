@@ -95,11 +95,13 @@ uint64_t KvStorage::bytes_for(int n_layer, int32_t n_ctx, size_t row_bytes) {
   return b * (uint64_t)row_bytes;
 }
 
-KvStorage::KvStorage(int n_layer, int32_t n_ctx, size_t row_bytes)
-    : row_bytes_(row_bytes), n_layer_(n_layer) {
-  if (n_layer <= 0 || n_ctx <= 0 || row_bytes == 0) {
+KvStorage::KvStorage(int n_layer, int32_t n_ctx, size_t row_bytes, int n_heads)
+    : n_layer_(n_layer), n_heads_(n_heads) {
+  if (n_layer <= 0 || n_ctx <= 0 || row_bytes == 0 || n_heads <= 0 || row_bytes % (size_t)n_heads) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[kv_cache] empty cache shape");
   }
+  head_bytes_ = row_bytes / (size_t)n_heads;
+  head_stride_ = (size_t)n_ctx * head_bytes_;
   const uint64_t total = bytes_for(n_layer, n_ctx, row_bytes);
   if (total > (uint64_t)std::numeric_limits<size_t>::max() / 2) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[kv_cache] " + std::to_string(total) +
@@ -117,10 +119,12 @@ void KvStorage::release_from(int32_t n_keep) {
   if (n_keep < 0) n_keep = 0;
   if (n_keep >= used_) return;
   if (mapped_) {
-    const size_t keep = (size_t)n_keep * row_bytes_, used = (size_t)used_ * row_bytes_;
-    for (int l = 0; l < n_layer_; ++l) {
-      release_pages(k(l) + keep, k(l) + used, k(l) + layer_bytes_);
-      release_pages(v(l) + keep, v(l) + used, v(l) + layer_bytes_);
+    const size_t keep = (size_t)n_keep * head_bytes_, used = (size_t)used_ * head_bytes_;
+    for (int l = 0; l < 2 * n_layer_; ++l) {
+      for (int h = 0; h < n_heads_; ++h) {
+        uint8_t* plane = base_ + (size_t)l * layer_bytes_ + (size_t)h * head_stride_;
+        release_pages(plane + keep, plane + used, plane + head_stride_);
+      }
     }
   }
   used_ = n_keep;
@@ -131,12 +135,15 @@ uint64_t KvStorage::resident_bytes() const {
   if (!mapped_) return bytes_;
   if (used_ == 0) return 0;
   const uintptr_t page = page_size();
-  const size_t used = (size_t)used_ * row_bytes_;
+  const size_t used = (size_t)used_ * head_bytes_;
   uint64_t n = 0;
   for (int l = 0; l < 2 * n_layer_; ++l) {
-    const uintptr_t b = (uintptr_t)(base_ + (size_t)l * layer_bytes_) / page * page;
-    const uintptr_t e = ((uintptr_t)(base_ + (size_t)l * layer_bytes_ + used) + page - 1) / page * page;
-    n += e - b;
+    for (int h = 0; h < n_heads_; ++h) {
+      const uint8_t* plane = base_ + (size_t)l * layer_bytes_ + (size_t)h * head_stride_;
+      const uintptr_t b = (uintptr_t)plane / page * page;
+      const uintptr_t e = ((uintptr_t)(plane + used) + page - 1) / page * page;
+      n += e - b;
+    }
   }
   return std::min<uint64_t>(n, bytes_);
 #else

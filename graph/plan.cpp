@@ -146,6 +146,7 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
     p.kv.n_ctx = o.n_ctx;
     p.kv.n_batch = o.n_batch;
     p.kv.kv_dim = sh.kv_dim();
+    p.kv.n_heads = sh.n_head_kv;
     p.kv.type = o.kv_type;
     p.kv.commit = o.kv_commit;
     p.kv.ops = p.ops;

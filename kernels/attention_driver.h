@@ -99,6 +99,12 @@ struct Driver {
     return (int64_t)(d / quant::kBlock) * (int64_t)sizeof(quant::BlockQ8_0);
   }
 
+  // Byte offset of kv head g's row from its position's (AttentionArgs::
+  // kv_head_stride_bytes).
+  static int64_t head_offset(const AttentionArgs& a, int g, int d) {
+    return (int64_t)g * (a.kv_head_stride_bytes ? a.kv_head_stride_bytes : head_bytes(a.kv_type, d));
+  }
+
   static Span span(const AttentionArgs& a, const void* base, const float* staged, int64_t p0,
                    int n, int g, int d) {
     Span sp;
@@ -107,7 +113,7 @@ struct Driver {
     sp.cache_stride = a.kv_stride_bytes;
     sp.cache = sp.n_cache == 0 ? nullptr
                                : static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes +
-                                     g * head_bytes(a.kv_type, d);
+                                     head_offset(a, g, d);
     sp.staged_stride = a.new_stride;
     sp.staged = sp.n_staged == 0
                     ? nullptr
@@ -139,7 +145,7 @@ struct Driver {
   static void prefetch(const AttentionArgs& a, const void* base, int64_t p0, int n, int g, int d) {
     const int64_t nc = std::min<int64_t>(n, cache_end(a) - p0);
     const int64_t hb = head_bytes(a.kv_type, d);
-    const uint8_t* row = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + g * hb;
+    const uint8_t* row = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + head_offset(a, g, d);
     for (int64_t j = 0; j < nc; ++j, row += a.kv_stride_bytes) {
       for (int64_t o = 0; o < hb; o += 64) K::prefetch(row + o);
     }

@@ -32,12 +32,17 @@ struct AttentionArgs {
   int n_q;
   int32_t pos0;
   // Cache: position p, kv head g at byte offset p * kv_stride_bytes +
-  // g * head_bytes, head_bytes = head_dim * elem size (F32/F16) or
-  // head_dim / 32 blocks of Q8_0.  K and V share the layout and the type.
+  // g * kv_head_stride_bytes (below), head_bytes = head_dim * elem size
+  // (F32/F16) or head_dim / 32 blocks of Q8_0.  K and V share the layout
+  // and the type.
   const void* k;
   const void* v;
   quant::Type kv_type;  // F16 (default), Q8_0 (head_dim % 32 == 0), F32 (tests)
   int64_t kv_stride_bytes;
+  // Bytes from kv head g to g + 1; 0: head_bytes, the heads of a position
+  // side by side.  The runtime's cache keeps each head's positions together
+  // instead (kv_stride_bytes = head_bytes, this = the context's bytes).
+  int64_t kv_head_stride_bytes;
   // Query head h reads kv head h / (n_head / n_head_kv): grouped-query heads
   // share K/V without copies.  head_dim: any multiple of 8 (64/80/96/128 fast).
   int n_head;

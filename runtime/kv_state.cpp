@@ -167,10 +167,19 @@ void emit_state(const SessionShape& s, graph::Executor& exec, const std::vector<
   put(tokens.data(), tokens.size() * sizeof(int32_t));
   exec.sync();  // async commits may still be writing the last rows
   const graph::KvCache& kv = exec.kv_cache();
-  const size_t layer_rows = tokens.size() * (size_t)s.row_bytes;
+  // Whole rows (every kv head of a position together), as write_rows takes
+  // them back; a few positions at a time.
+  constexpr int32_t kRowsAtOnce = 64;
+  std::vector<uint8_t> buf((size_t)kRowsAtOnce * s.row_bytes);
+  const int32_t n_rows = (int32_t)tokens.size();
   for (uint32_t l = 0; l < s.n_layer; ++l) {
-    put(kv.k((int)l), layer_rows);
-    put(kv.v((int)l), layer_rows);
+    for (int kv_half = 0; kv_half < 2; ++kv_half) {
+      for (int32_t p0 = 0; p0 < n_rows; p0 += kRowsAtOnce) {
+        const int32_t n = std::min(kRowsAtOnce, n_rows - p0);
+        kv.read_rows((int)l, kv_half, p0, n, buf.data());
+        put(buf.data(), (size_t)n * s.row_bytes);
+      }
+    }
   }
   if (logits) put(logits, (size_t)s.n_vocab * sizeof(float));
   uint8_t tail[8];

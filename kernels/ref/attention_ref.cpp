@@ -20,19 +20,23 @@ void attention_load_row__ref(const AttentionArgs& a, const void* base, const flo
     std::memcpy(row, staged + (pos - s0) * a.new_stride + (int64_t)g * d, (size_t)d * 4);
     return;
   }
-  const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes;
+  const int64_t head_bytes = a.kv_type == quant::Type::F32   ? (int64_t)d * 4
+                             : a.kv_type == quant::Type::F16 ? (int64_t)d * 2
+                                                             : (int64_t)(d / quant::kBlock) *
+                                                                   (int64_t)sizeof(quant::BlockQ8_0);
+  const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes +
+                     (int64_t)g * (a.kv_head_stride_bytes ? a.kv_head_stride_bytes : head_bytes);
   switch (a.kv_type) {
     case quant::Type::F32:
-      std::memcpy(row, p + (int64_t)g * d * 4, (size_t)d * 4);
+      std::memcpy(row, p, (size_t)d * 4);
       break;
     case quant::Type::F16: {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p + (int64_t)g * d * 2);
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
       for (int i = 0; i < d; ++i) row[i] = fp16_to_fp32(h[i]);
       break;
     }
     case quant::Type::Q8_0: {
-      const quant::BlockQ8_0* b =
-          reinterpret_cast<const quant::BlockQ8_0*>(p) + (int64_t)g * (d / quant::kBlock);
+      const quant::BlockQ8_0* b = reinterpret_cast<const quant::BlockQ8_0*>(p);
       for (int i = 0; i < d; ++i) {
         row[i] = fp16_to_fp32(b[i / quant::kBlock].d) * b[i / quant::kBlock].q[i % quant::kBlock];
       }

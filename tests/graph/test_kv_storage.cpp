@@ -78,6 +78,51 @@ TEST(KvStorage, PagesFollowTheRowsWritten) {
   EXPECT_EQ(kv.k(kLayers - 1)[7 * kRow], (uint8_t)(1 + (7 + kLayers - 1) % 250));
 }
 
+// The runtime's cache keeps each kv head's positions together (3 planes of
+// 128-byte rows per layer here): the pages still follow the positions
+// written, plane by plane, and a release keeps every plane's kept rows.
+TEST(KvStorage, HeadPlanesFollowTheRowsWritten) {
+  LILIMS_REQUIRE_RSS();
+  constexpr int kHeads = 3;
+  constexpr size_t kHead = kRow / kHeads;
+  const int64_t r0 = test::rss_anon_bytes();
+  graph::KvStorage kv(kLayers, kCtx, kRow, kHeads);
+  ASSERT_EQ(kv.bytes(), 2u * kLayers * kCtx * kRow);
+  ASSERT_EQ(kv.head_bytes(), kHead);
+  ASSERT_EQ(kv.head_stride(), (size_t)kCtx * kHead);
+  const int32_t n = 256;
+  auto at = [&](uint8_t* layer, int h, int32_t p) { return layer + h * kv.head_stride() + (size_t)p * kHead; };
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kHeads; ++h) {
+      for (int32_t p = 0; p < n; ++p) {
+        std::memset(at(kv.k(l), h, p), 1 + (p + l + h) % 250, kHead);
+        std::memset(at(kv.v(l), h, p), 2 + (p + l + h) % 250, kHead);
+      }
+    }
+  }
+  kv.mark_used(n);
+  const int64_t r1 = test::rss_anon_bytes();
+  const int64_t planes = (int64_t)2 * kLayers * kHeads;
+  const int64_t rows = planes * n * (int64_t)kHead;
+  EXPECT_GE(r1 - r0, rows - (64 << 10));
+  EXPECT_LE(r1 - r0, planes * ((n * (int64_t)kHead + page() - 1) / page() + 1) * page() + (64 << 10));
+  EXPECT_LE(kv.resident_bytes(), (uint64_t)(planes * ((n * (int64_t)kHead + page() - 1) / page() + 1) * page()));
+  EXPECT_GE(kv.resident_bytes(), (uint64_t)rows);
+  kv.release_from(32);
+  const int64_t r2 = test::rss_anon_bytes();
+  // Each plane keeps at most the page that straddles position 32.
+  EXPECT_GE(r1 - r2, planes * (n - 32) * (int64_t)kHead - planes * page() - (64 << 10));
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kHeads; ++h) {
+      for (int32_t p = 0; p < 32; ++p) {
+        ASSERT_EQ(at(kv.k(l), h, p)[kHead - 1], (uint8_t)(1 + (p + l + h) % 250));
+        ASSERT_EQ(at(kv.v(l), h, p)[0], (uint8_t)(2 + (p + l + h) % 250));
+      }
+    }
+  }
+  EXPECT_THROW(graph::KvStorage(2, 16, 100, 3), Error) << "rows that do not split into whole heads";
+}
+
 TEST(KvStorage, ReleaseOfNothingAndOfMoreThanWrittenIsHarmless) {
   graph::KvStorage kv(2, 100, 64);
   kv.release_from(0);

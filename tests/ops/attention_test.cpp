@@ -205,6 +205,34 @@ TEST_P(ops_attention, vs_naive_double_and_ref) {
       if (split < c.n_head) ops().attention(a, split, c.n_head, scratch.data() + 1);
       a.out = ref.data();
       kernels::attention__ref(a, 0, c.n_head, scratch.data());
+      // The same cache with each kv head's positions together (the
+      // runtime's layout; planes 64 bytes apart): the same bits.
+      {
+        const int64_t hb = (kc.stride - 64) / c.n_head_kv;  // make_cache pads each row by 64
+        const int64_t plane = (int64_t)c.n_ctx * hb + 64;
+        std::vector<uint8_t> kh((size_t)(plane * c.n_head_kv), 0xff), vh(kh);
+        for (int g = 0; g < c.n_head_kv; ++g) {
+          for (int p = 0; p < c.n_ctx; ++p) {
+            std::memcpy(kh.data() + g * plane + p * hb, kc.bytes.data() + p * kc.stride + g * hb, (size_t)hb);
+            std::memcpy(vh.data() + g * plane + p * hb, vc.bytes.data() + p * vc.stride + g * hb, (size_t)hb);
+          }
+        }
+        AttentionArgs hm = a;
+        hm.k = kh.data();
+        hm.v = vh.data();
+        hm.kv_stride_bytes = hb;
+        hm.kv_head_stride_bytes = plane;
+        std::vector<float> out_hm(out.size(), -7.0f), ref_hm(out.size(), -7.0f);
+        hm.out = out_hm.data();
+        ops().attention(hm, 0, split, scratch.data() + 1);
+        if (split < c.n_head) ops().attention(hm, split, c.n_head, scratch.data() + 1);
+        hm.out = ref_hm.data();
+        kernels::attention__ref(hm, 0, c.n_head, scratch.data());
+        ASSERT_EQ(std::memcmp(out_hm.data(), out.data(), out.size() * sizeof(float)), 0)
+            << "head-major cache vs heads side by side";
+        ASSERT_EQ(std::memcmp(ref_hm.data(), ref.data(), ref.size() * sizeof(float)), 0)
+            << "ref: head-major cache vs heads side by side";
+      }
       double max_err = 0;
       for (int i = 0; i < c.n_q; ++i) {
         for (int h = 0; h < c.n_head; ++h) {
