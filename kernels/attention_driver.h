@@ -92,19 +92,6 @@ struct Driver {
     return a.k_new != nullptr ? (int64_t)a.pos0 - a.n_new_before : INT64_MAX;
   }
 
-  // Bytes of one kv head's row in the cache (inline: asked per key block).
-  static int64_t head_bytes(quant::Type t, int d) {
-    if (t == quant::Type::F16) return (int64_t)d * 2;
-    if (t == quant::Type::F32) return (int64_t)d * 4;
-    return (int64_t)(d / quant::kBlock) * (int64_t)sizeof(quant::BlockQ8_0);
-  }
-
-  // Byte offset of kv head g's row from its position's (AttentionArgs::
-  // kv_head_stride_bytes).
-  static int64_t head_offset(const AttentionArgs& a, int g, int d) {
-    return (int64_t)g * (a.kv_head_stride_bytes ? a.kv_head_stride_bytes : head_bytes(a.kv_type, d));
-  }
-
   static Span span(const AttentionArgs& a, const void* base, const float* staged, int64_t p0,
                    int n, int g, int d) {
     Span sp;
@@ -113,7 +100,7 @@ struct Driver {
     sp.cache_stride = a.kv_stride_bytes;
     sp.cache = sp.n_cache == 0 ? nullptr
                                : static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes +
-                                     head_offset(a, g, d);
+                                     attention_head_offset(a, g);
     sp.staged_stride = a.new_stride;
     sp.staged = sp.n_staged == 0
                     ? nullptr
@@ -144,8 +131,9 @@ struct Driver {
   // cache when load converts them instead of costing a miss each).
   static void prefetch(const AttentionArgs& a, const void* base, int64_t p0, int n, int g, int d) {
     const int64_t nc = std::min<int64_t>(n, cache_end(a) - p0);
-    const int64_t hb = head_bytes(a.kv_type, d);
-    const uint8_t* row = static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + head_offset(a, g, d);
+    const int64_t hb = attention_head_bytes(a.kv_type, d);
+    const uint8_t* row =
+        static_cast<const uint8_t*>(base) + p0 * a.kv_stride_bytes + attention_head_offset(a, g);
     for (int64_t j = 0; j < nc; ++j, row += a.kv_stride_bytes) {
       for (int64_t o = 0; o < hb; o += 64) K::prefetch(row + o);
     }

@@ -20,12 +20,8 @@ void attention_load_row__ref(const AttentionArgs& a, const void* base, const flo
     std::memcpy(row, staged + (pos - s0) * a.new_stride + (int64_t)g * d, (size_t)d * 4);
     return;
   }
-  const int64_t head_bytes = a.kv_type == quant::Type::F32   ? (int64_t)d * 4
-                             : a.kv_type == quant::Type::F16 ? (int64_t)d * 2
-                                                             : (int64_t)(d / quant::kBlock) *
-                                                                   (int64_t)sizeof(quant::BlockQ8_0);
-  const uint8_t* p = static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes +
-                     (int64_t)g * (a.kv_head_stride_bytes ? a.kv_head_stride_bytes : head_bytes);
+  const uint8_t* p =
+      static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes + attention_head_offset(a, g);
   switch (a.kv_type) {
     case quant::Type::F32:
       std::memcpy(row, p, (size_t)d * 4);
