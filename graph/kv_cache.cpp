@@ -93,14 +93,13 @@ void KvCache::run(const Job& j) {
   if (hook_.fn) hook_.fn(hook_.user, j.chunk);
   const kernels::OpsTable& ops = *cfg_.ops;
   const int64_t d = cfg_.kv_dim, hd = d / cfg_.n_heads;
-  const size_t hb = storage_->head_bytes(), hs = storage_->head_stride();
+  const size_t hb = storage_->head_bytes();
   for (int l = cfg_.chunk_begin[(size_t)j.chunk]; l < cfg_.chunk_begin[(size_t)j.chunk + 1]; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       const float* rows = staging_.get() + stage_offset(l, kv);
-      uint8_t* base = (kv ? storage_->v(l) : storage_->k(l)) + (size_t)j.pos0 * hb;
       for (int h = 0; h < cfg_.n_heads; ++h) {
         const float* src = rows + h * hd;
-        uint8_t* dst = base + (size_t)h * hs;
+        uint8_t* dst = head_row(l, kv, h, j.pos0);
         for (int32_t t = 0; t < j.n; ++t, src += d, dst += hb) {
           switch (cfg_.type) {
             case quant::Type::F16: ops.fp32_to_fp16(src, reinterpret_cast<uint16_t*>(dst), hd); break;
@@ -172,31 +171,31 @@ void KvCache::helper() {
 
 void KvCache::sync() { wait(issued_); }
 
-void KvCache::write_rows(int layer, int kv, int32_t pos0, int32_t n, const uint8_t* rows) {
+void KvCache::check_rows(int layer, int32_t pos0, int32_t n) const {
   if (layer < 0 || layer >= cfg_.n_layer || pos0 < 0 || n < 0 || pos0 > cfg_.n_ctx - n) {
     throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] rows out of range");
   }
+}
+
+void KvCache::write_rows(int layer, int kv, int32_t pos0, int32_t n, const uint8_t* rows) {
+  check_rows(layer, pos0, n);
   sync();
   if (n == 0) return;
   storage_->mark_used(pos0 + n);
-  const size_t hb = storage_->head_bytes(), hs = storage_->head_stride();
-  uint8_t* base = (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)pos0 * hb;
+  const size_t hb = storage_->head_bytes();
   for (int h = 0; h < cfg_.n_heads; ++h) {
     for (int32_t t = 0; t < n; ++t) {
-      std::memcpy(base + (size_t)h * hs + (size_t)t * hb, rows + (size_t)t * row_bytes_ + (size_t)h * hb, hb);
+      std::memcpy(head_row(layer, kv, h, pos0 + t), rows + (size_t)t * row_bytes_ + (size_t)h * hb, hb);
     }
   }
 }
 
 void KvCache::read_rows(int layer, int kv, int32_t pos0, int32_t n, uint8_t* rows) const {
-  if (layer < 0 || layer >= cfg_.n_layer || pos0 < 0 || n < 0 || pos0 > cfg_.n_ctx - n) {
-    throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] rows out of range");
-  }
-  const size_t hb = storage_->head_bytes(), hs = storage_->head_stride();
-  const uint8_t* base = (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)pos0 * hb;
+  check_rows(layer, pos0, n);
+  const size_t hb = storage_->head_bytes();
   for (int h = 0; h < cfg_.n_heads; ++h) {
     for (int32_t t = 0; t < n; ++t) {
-      std::memcpy(rows + (size_t)t * row_bytes_ + (size_t)h * hb, base + (size_t)h * hs + (size_t)t * hb, hb);
+      std::memcpy(rows + (size_t)t * row_bytes_ + (size_t)h * hb, head_row(layer, kv, h, pos0 + t), hb);
     }
   }
 }

@@ -109,6 +109,13 @@ class KvCache {
   static constexpr int kRing = 64;  // queued commits (the fences keep it at <= 2)
 
   size_t stage_offset(int layer, int kv) const;
+  // The committed row of kv head h at position p of a layer's K (kv 0) or V (kv 1).
+  uint8_t* head_row(int layer, int kv, int h, int32_t p) const {
+    return (kv ? storage_->v(layer) : storage_->k(layer)) + (size_t)h * storage_->head_stride() +
+           (size_t)p * storage_->head_bytes();
+  }
+  // Throws unless positions [pos0, pos0 + n) of the layer exist.
+  void check_rows(int layer, int32_t pos0, int32_t n) const;
   void run(const Job& j);
   void wait(uint64_t ticket);
   void helper();
