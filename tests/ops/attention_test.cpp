@@ -137,6 +137,27 @@ double bound(const Case& c, const Oracle& o, size_t row_head, float scale) {
   return o.v_abs[row_head] * (2.2 * delta + (2.0 * c.n_ctx + 16) * kEps);
 }
 
+// The arguments of case c's queries (q rows q_stride floats apart) over a
+// cache at k / v of type t, rows stride bytes apart; out and staging unset.
+AttentionArgs case_args(const Case& c, const float* q, int64_t q_stride, const void* k,
+                        const void* v, Type t, int64_t stride, float scale) {
+  AttentionArgs a{};
+  a.q = q;
+  a.q_stride = q_stride;
+  a.n_q = c.n_q;
+  a.pos0 = c.n_ctx - c.n_q;
+  a.k = k;
+  a.v = v;
+  a.kv_type = t;
+  a.kv_stride_bytes = stride;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = scale;
+  a.window = c.window;
+  return a;
+}
+
 class ops_attention : public OpsIsaTest {};
 
 std::vector<Case> cases() {
@@ -178,23 +199,10 @@ TEST_P(ops_attention, vs_naive_double_and_ref) {
       const Cache kc = make_cache(kf, c.n_ctx, c.n_head_kv, d, t);
       const Cache vc = make_cache(vf, c.n_ctx, c.n_head_kv, d, t);
       const Oracle o = naive(c, q, kc.deq, vc.deq, scale);
-      AttentionArgs a{};
       // q rows with a stride larger than a row; out likewise.
       std::vector<float> qs((size_t)(c.n_q * (row + 8)));
       for (int i = 0; i < c.n_q; ++i) std::copy_n(q.data() + i * row, row, qs.data() + i * (row + 8));
-      a.q = qs.data();
-      a.q_stride = row + 8;
-      a.n_q = c.n_q;
-      a.pos0 = c.n_ctx - c.n_q;
-      a.k = kc.bytes.data();
-      a.v = vc.bytes.data();
-      a.kv_type = t;
-      a.kv_stride_bytes = kc.stride;
-      a.n_head = c.n_head;
-      a.n_head_kv = c.n_head_kv;
-      a.head_dim = d;
-      a.scale = scale;
-      a.window = c.window;
+      AttentionArgs a = case_args(c, qs.data(), row + 8, kc.bytes.data(), vc.bytes.data(), t, kc.stride, scale);
       std::vector<float> out((size_t)(c.n_q * (row + 4)), -7.0f), ref(out.size(), -7.0f);
       a.out = out.data();
       a.out_stride = row + 4;
@@ -502,20 +510,8 @@ TEST_P(ops_attention, key_ranges_combine_to_the_whole) {
         const Oracle o = naive(c, q, kd, vd, scale);
         const std::vector<uint8_t> k_bad = poisoned(kc, (int)s0, c.n_ctx);
         const std::vector<uint8_t> v_bad = poisoned(vc, (int)s0, c.n_ctx);
-        AttentionArgs a{};
-        a.q = q.data();
-        a.q_stride = row;
-        a.n_q = 1;
-        a.pos0 = c.n_ctx - 1;
-        a.k = n_staged ? k_bad.data() : kc.bytes.data();
-        a.v = n_staged ? v_bad.data() : vc.bytes.data();
-        a.kv_type = t;
-        a.kv_stride_bytes = kc.stride;
-        a.n_head = c.n_head;
-        a.n_head_kv = c.n_head_kv;
-        a.head_dim = d;
-        a.scale = scale;
-        a.window = c.window;
+        AttentionArgs a = case_args(c, q.data(), row, n_staged ? k_bad.data() : kc.bytes.data(),
+                                    n_staged ? v_bad.data() : vc.bytes.data(), t, kc.stride, scale);
         if (n_staged) {
           a.k_new = kf.data() + s0 * kv_row;
           a.v_new = vf.data() + s0 * kv_row;
