@@ -393,23 +393,28 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
 namespace lilims::graph {
 
 // Query tokens [t0, t0 + nt) one at a time (n_q = 1, the decode path):
-// tasks are (token, kv group, key range).  A token's visible keys are cut
-// by kernels::attention_splits, which looks at nothing but their count, and
-// the ranges are combined in order after the barrier: a token's sums are
-// the same whichever thread ran which range, however many threads there are,
-// and whether it came alone (decode) or in a block (forward_as_decode).
+// tasks are (token, kv group, run of consecutive key ranges).  A token's
+// visible keys are cut by kernels::attention_splits, which looks at nothing
+// but their count, and the ranges are combined in order after the barrier:
+// a token's sums are the same whichever thread ran which range, however many
+// threads there are, and whether it came alone (decode) or in a block
+// (forward_as_decode).  The runs are what the thread count chooses: about
+// two tasks per thread, each reading one long stretch of a head's cache
+// rows rather than many short ones.
 void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt) {
   const kernels::OpsTable& ops = *plan_.ops;
   const ModelShape& sh = graph_.shape();
   const int n_kv = sh.n_head_kv, group = sh.n_head / n_kv, d = sh.head_dim;
+  const int want_runs = std::max(1, (2 * pool_.size() + n_kv - 1) / n_kv);
   int64_t lo[kAttnPartTokens], hi[kAttnPartTokens];
-  int splits[kAttnPartTokens], first_task[kAttnPartTokens + 1];
+  int splits[kAttnPartTokens], runs[kAttnPartTokens], first_task[kAttnPartTokens + 1];
   first_task[0] = 0;
   for (int32_t i = 0; i < nt; ++i) {
     hi[i] = (int64_t)args.pos0 + t0 + i;
     lo[i] = args.window > 0 ? std::max<int64_t>(0, hi[i] - args.window + 1) : 0;
     splits[i] = kernels::attention_splits(hi[i] - lo[i] + 1);
-    first_task[i + 1] = first_task[i] + n_kv * splits[i];
+    runs[i] = std::min(splits[i], want_runs);
+    first_task[i + 1] = first_task[i] + n_kv * runs[i];
   }
   // Partial sums of token i, split s, head h: outputs at part(i, s) + h * d,
   // lse at lse(i, s) + h.
@@ -428,7 +433,7 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
     int32_t i = 0;
     while (task >= first_task[i + 1]) ++i;
     const int u = (int)(task - first_task[i]);
-    const int g = u / splits[i], s = u % splits[i];
+    const int g = u / runs[i], r = u % runs[i];
     const int32_t t = t0 + i;
     kernels::AttentionArgs la = args;
     la.n_q = 1;
@@ -437,12 +442,16 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
     la.n_new_before = t;  // the block's earlier staged rows stay visible
     if (splits[i] == 1) {
       la.out = args.out + (int64_t)t * args.out_stride;
-    } else {
+      ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
+      return;
+    }
+    const int s1 = (r + 1) * splits[i] / runs[i];
+    for (int s = r * splits[i] / runs[i]; s < s1; ++s) {
       la.out = part_at(i, s);
       la.lse = lse_at(i, s);
       kernels::attention_split_range(lo[i], hi[i], s, splits[i], &la.key_lo, &la.key_hi);
+      ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
     }
-    ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
   });
   for (int32_t i = 0; i < nt; ++i) {
     if (splits[i] == 1) continue;
