@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/resource.h>
 #include <unistd.h>
+#endif
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 namespace lilims {
@@ -72,6 +76,25 @@ uint64_t peak_resident_bytes() {
   }
 #endif
   return 0;
+}
+
+void* allocate_large(size_t bytes) {
+  if (bytes < kHugePageBytes) return ::operator new(bytes);
+  void* p = ::operator new(bytes, std::align_val_t(kHugePageBytes));
+#if defined(MADV_HUGEPAGE)
+  // Advice only: a kernel without THP, or one that refuses, leaves small pages.
+  madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+void free_large(void* p, size_t bytes) noexcept {
+  if (!p) return;
+  if (bytes < kHugePageBytes) {
+    ::operator delete(p);
+  } else {
+    ::operator delete(p, std::align_val_t(kHugePageBytes));
+  }
 }
 
 }  // namespace lilims

@@ -20,6 +20,16 @@ uint64_t available_memory_bytes();
 // the whole process, the mapped model weights included.  0 when unknown.
 uint64_t peak_resident_bytes();
 
+// Memory for large arrays that a decode step streams through once per
+// token (repacked weights).  From kHugePageBytes up, the block is aligned to
+// that size and, on Linux, advised as transparent huge pages (the default
+// "madvise" mode grants them only on request), so the stream misses the TLB
+// once per 2 MiB instead of once per 4 KiB page.  Smaller blocks come from
+// operator new.  Throws std::bad_alloc; free_large takes the same size.
+constexpr size_t kHugePageBytes = size_t(2) << 20;
+void* allocate_large(size_t bytes);
+void free_large(void* p, size_t bytes) noexcept;
+
 // Bytes a std::string takes: the object, and its heap buffer once the text
 // outgrows the in-object buffer (15 characters in libstdc++ and libc++'s
 // 64-bit layouts, give or take; an estimate, not an allocator's figure).

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/memory_info.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
 #include "quant/repack.h"
@@ -30,35 +31,54 @@ constexpr int kLayoutGguf = quant::kLayoutGguf;  // GGUF row-major blocks
 constexpr int kLayoutX4 = quant::kLayoutX4;      // 4-row interleaved groups (quant/repack.h)
 constexpr int kLayoutX16 = quant::kLayoutX16;    // 16-row interleaved groups (quant/repack.h)
 
-// Bytes that resize() leaves uninitialised: repacking writes every byte of
-// its weight, and zeroing hundreds of MB first cost a fifth of a large
-// model's load.
-template <typename T>
-struct UninitAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitAllocator<U>;
-  };
-  UninitAllocator() = default;
-  template <typename U>
-  UninitAllocator(const UninitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
+// Repacked weight bytes, left uninitialised (repacking writes every byte,
+// and zeroing hundreds of MB first cost a fifth of a large model's load):
+// a block of their own, or a slice of a WeightArena's block, which the slice
+// keeps alive.  Copies share the bytes, which nothing changes once packed.
+class ByteBuffer {
+ public:
+  ByteBuffer() = default;
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  const uint8_t* begin() const { return data_; }
+  const uint8_t* end() const { return data_ + size_; }
+  friend bool operator==(const ByteBuffer& a, const ByteBuffer& b);
+  friend bool operator!=(const ByteBuffer& a, const ByteBuffer& b) { return !(a == b); }
+
+ private:
+  friend class WeightArena;
+  std::shared_ptr<uint8_t> owner_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
-using ByteBuffer = std::vector<uint8_t, UninitAllocator<uint8_t>>;
+
+// Where a model's repacked weights go: a few large blocks (kChunkBytes),
+// aligned to and advised as huge pages (base/memory_info.h: allocate_large),
+// the weights one after the other in load order.  A decode step streams
+// them all, and on 4 KiB pages a small model's 1 MB matrices cost a TLB
+// miss every 4 KiB.  A weight larger than a quarter of a chunk gets a block
+// of its own (huge pages too, from 2 MiB).  Not thread-safe: one loader.
+class WeightArena {
+ public:
+  static constexpr size_t kChunkBytes = size_t(32) << 20;
+  // n bytes (n > 0), 64-byte aligned; throws std::bad_alloc.
+  ByteBuffer take(size_t n);
+  // Without an arena: a block of its own.
+  static ByteBuffer own(size_t n);
+
+ private:
+  std::shared_ptr<uint8_t> chunk_;
+  size_t used_ = 0;
+};
 
 struct PackedWeight {  // a weight matrix ready for the kernels
   quant::Type type;
   int64_t rows = 0, cols = 0;    // y = W x: rows outputs, cols (=K) inputs
   const void* data = nullptr;    // GGUF layout (into the mapping) or into `storage` when repacked
   int layout = 0;                // kLayoutGguf, kLayoutX4 or kLayoutX16
-  ByteBuffer storage;            // owned repacked bytes (empty when not repacked)
+  ByteBuffer storage;            // the repacked bytes (empty when not repacked)
 };
 
 // Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
@@ -76,8 +96,11 @@ struct SourceDone {
   void (*fn)(void* user, const void* bytes, size_t n) = nullptr;
   void* user = nullptr;
 };
+// The repacked bytes come from `arena` when one is given, else a block of
+// their own.
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack, SourceDone source_done = {}, int n_threads = 1);
+                         bool allow_repack, SourceDone source_done = {}, int n_threads = 1,
+                         WeightArena* arena = nullptr);
 
 // Several row-major GGUF matrices of one type and width stacked into one
 // weight (rows of parts[0], then parts[1], ...), packed as pack_weight would
@@ -97,7 +120,7 @@ struct WeightPart {
 // it would take a heap copy of what the mapping already holds.
 bool can_stack(quant::Type type, const std::vector<WeightPart>& parts, bool allow_repack);
 PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols,
-                          int n_threads = 1);
+                          int n_threads = 1, WeightArena* arena = nullptr);
 
 // --- kernels -------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 // Matmul kernel tables (from matmul_kernels.inc), selection per ISA, and
 // pack_weight.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "base/error.h"
+#include "base/memory_info.h"
 #include "base/for_each_index.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
@@ -166,8 +168,45 @@ void repack_slices(quant::Type type, int layout, int64_t cols, const std::vector
 
 }  // namespace
 
+bool operator==(const ByteBuffer& a, const ByteBuffer& b) {
+  return a.size_ == b.size_ && (a.size_ == 0 || std::memcmp(a.data_, b.data_, a.size_) == 0);
+}
+
+ByteBuffer WeightArena::own(size_t n) {
+  ByteBuffer b;
+  b.owner_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(allocate_large(n)),
+                                      [n](uint8_t* p) { free_large(p, n); });
+  b.data_ = b.owner_.get();
+  b.size_ = n;
+  return b;
+}
+
+ByteBuffer WeightArena::take(size_t n) {
+  if (n > kChunkBytes / 4) return own(n);
+  const size_t at = (used_ + 63) / 64 * 64;
+  if (!chunk_ || at + n > kChunkBytes) {
+    // The rest of the old chunk is never touched, so never resident.
+    chunk_ = own(kChunkBytes).owner_;
+    used_ = 0;
+    return take(n);
+  }
+  ByteBuffer b;
+  b.owner_ = std::shared_ptr<uint8_t>(chunk_, chunk_.get() + at);  // keeps the chunk
+  b.data_ = b.owner_.get();
+  b.size_ = n;
+  used_ = at + n;
+  return b;
+}
+
+namespace {
+ByteBuffer repacked_buffer(size_t n, WeightArena* arena) {
+  return arena ? arena->take(n) : WeightArena::own(n);
+}
+}  // namespace
+
 PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64_t cols,
-                         bool allow_repack, SourceDone source_done, int n_threads) {
+                         bool allow_repack, SourceDone source_done, int n_threads,
+                         WeightArena* arena) {
   check_shape(quant::type_traits((uint32_t)type), type, rows, cols);
   PackedWeight w;
   w.type = type;
@@ -177,7 +216,7 @@ PackedWeight pack_weight(quant::Type type, const void* data, int64_t rows, int64
   w.layout = kLayoutGguf;
   const int layout = allow_repack ? preferred_layout(type) : kLayoutGguf;
   if (layout != kLayoutGguf) {
-    w.storage.resize(quant::repacked_bytes(type, layout, rows, cols));
+    w.storage = repacked_buffer(quant::repacked_bytes(type, layout, rows, cols), arena);
     std::vector<Slice> slices;
     add_slices(type, layout, data, rows, cols, w.storage.data(), source_done, slices);
     repack_slices(type, layout, cols, slices, n_threads);
@@ -198,7 +237,7 @@ bool can_stack(quant::Type type, const std::vector<WeightPart>& parts, bool allo
 }
 
 PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts, int64_t cols,
-                          int n_threads) {
+                          int n_threads, WeightArena* arena) {
   const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
   check_shape(t, type, 1, cols);
   if (!can_stack(type, parts, true)) {
@@ -214,7 +253,7 @@ PackedWeight pack_stacked(quant::Type type, const std::vector<WeightPart>& parts
   w.rows = rows;
   w.cols = cols;
   w.layout = preferred_layout(type);
-  w.storage.resize(quant::repacked_bytes(type, w.layout, rows, cols));
+  w.storage = repacked_buffer(quant::repacked_bytes(type, w.layout, rows, cols), arena);
   size_t at = 0;
   std::vector<Slice> slices;
   for (const WeightPart& p : parts) {

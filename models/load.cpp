@@ -91,7 +91,7 @@ class Reader {
   // slice, so the load never holds both.
   void pack(Weight& w, bool repack = true) {
     w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w),
-                                    threads_);
+                                    threads_, &arena_);
     if (w.requantized && !w.packed.storage.empty()) {
       w.requantized.reset();  // the kernels read the repacked copy
       w.data = nullptr;
@@ -133,7 +133,7 @@ class Reader {
       s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
       if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;
     }
-    s.packed = kernels::pack_stacked(s.type, wp, s.cols, threads_);
+    s.packed = kernels::pack_stacked(s.type, wp, s.cols, threads_, &arena_);
     for (Weight* w : parts) {
       take(f_.require_tensor(w->name));
       *w = Weight{};  // releases a re-quantized copy: the stack holds its rows
@@ -230,6 +230,7 @@ class Reader {
   bool repack_;
   bool fuse_;
   int threads_;
+  kernels::WeightArena arena_;  // the repacked weights, in load order
   const std::function<void(float)>& progress_;
   std::set<std::string> taken_;
   std::map<std::string, int> requantized_;

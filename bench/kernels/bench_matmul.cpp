@@ -210,7 +210,8 @@ std::unique_ptr<Setup> make_setup(const kernels::MatmulKernel& k, const ModelSha
   st->w.cols = s.cols;
   st->w.data = st->gguf.data();
   if (k.layout > kernels::kLayoutGguf) {
-    st->w.storage.resize(lilims::quant::repacked_bytes(k.wtype, k.layout, s.rows, s.cols));
+    st->w.storage =
+        lilims::kernels::WeightArena::own(lilims::quant::repacked_bytes(k.wtype, k.layout, s.rows, s.cols));
     lilims::quant::repack(k.wtype, k.layout, st->gguf.data(), s.rows, s.cols, st->w.storage.data());
     st->w.data = st->w.storage.data();
     st->w.layout = k.layout;
