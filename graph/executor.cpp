@@ -411,7 +411,7 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
   first_task[0] = 0;
   for (int32_t i = 0; i < nt; ++i) {
     hi[i] = (int64_t)args.pos0 + t0 + i;
-    lo[i] = args.window > 0 ? std::max<int64_t>(0, hi[i] - args.window + 1) : 0;
+    lo[i] = kernels::attention_first_key(hi[i], args.window);
     splits[i] = kernels::attention_splits(hi[i] - lo[i] + 1);
     runs[i] = std::min(splits[i], want_runs);
     first_task[i + 1] = first_task[i] + n_kv * runs[i];

@@ -269,7 +269,7 @@ struct Driver {
   // result of heads [h0, h1).
   static bool visible(const AttentionArgs& a, int64_t i, int h0, int h1, int d, Row& row) {
     row.hi = (int64_t)a.pos0 + i;
-    row.lo = a.window > 0 ? std::max<int64_t>(0, row.hi - a.window + 1) : 0;
+    row.lo = attention_first_key(row.hi, a.window);
     if (a.lse) {
       row.lo = std::max(row.lo, a.key_lo);
       row.hi = std::min(row.hi, a.key_hi);

@@ -90,13 +90,19 @@ inline int64_t attention_head_offset(const AttentionArgs& a, int g) {
                                               : attention_head_bytes(a.kv_type, a.head_dim));
 }
 
-// Decode over many keys is cut into key ranges ("splits") that run as
-// separate tasks and are combined: the cache rows of a kv head are then read
-// once per token (by the task of their range), not once per task sharing the
+// The first position a query at position hi sees (AttentionArgs: window).
+inline int64_t attention_first_key(int64_t hi, int32_t window) {
+  const int64_t lo = hi - window + 1;
+  return window > 0 && lo > 0 ? lo : 0;
+}
+
+// Decode over many keys is cut into key ranges ("splits") that are computed
+// apart and combined: the cache rows of a kv head are then read once per
+// token (by the task running their range), not once per task sharing the
 // group's heads, and a few kv heads still give every thread work.  The cut
 // depends only on the visible range, never on the thread count, so logits
 // are the same on any number of threads.
-constexpr int kAttnSplitKeys = 64;  // keys per split at least (one split up to here)
+constexpr int kAttnSplitKeys = 64;  // one split up to this many keys, then at most this many each
 constexpr int kAttnMaxSplits = 8;
 inline int attention_splits(int64_t n_keys) {
   const int64_t n = (n_keys + kAttnSplitKeys - 1) / kAttnSplitKeys;

@@ -52,7 +52,7 @@ void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float*
   float* scores = acc + d;     // (hi - lo + 1) <= pos0 + n_q
   for (int i = 0; i < a.n_q; ++i) {
     int64_t hi = (int64_t)a.pos0 + i;
-    int64_t lo = a.window > 0 ? std::max<int64_t>(0, hi - a.window + 1) : 0;
+    int64_t lo = attention_first_key(hi, a.window);
     if (a.lse) {  // partial sums over [key_lo, key_hi]
       lo = std::max(lo, a.key_lo);
       hi = std::min(hi, a.key_hi);
