@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/resource.h>
@@ -76,6 +77,10 @@ uint64_t peak_resident_bytes() {
   }
 #endif
   return 0;
+}
+
+int threads_or_cores(int n) {
+  return n > 0 ? n : (int)std::max(1u, std::thread::hardware_concurrency());
 }
 
 void* allocate_large(size_t bytes) {

@@ -20,6 +20,10 @@ uint64_t available_memory_bytes();
 // the whole process, the mapped model weights included.  0 when unknown.
 uint64_t peak_resident_bytes();
 
+// n when it is positive, else one per hardware thread (at least 1): what a
+// thread count of 0 means in the load and session options.
+int threads_or_cores(int n);
+
 // Memory for large arrays that a decode step streams through once per
 // token (repacked weights).  From kHugePageBytes up, the block is aligned to
 // that size and, on Linux, advised as transparent huge pages (the default

@@ -4,10 +4,10 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/memory_info.h"
 #include "models/model.h"
 #include "quant/dequant_ref.h"
 #include "quant/quantize.h"
@@ -486,7 +486,7 @@ Weight weight_of(const gguf::TensorInfo& t, const std::string& name, int64_t row
 }
 
 int load_threads(const LoadOptions& opt) {
-  return opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  return threads_or_cores(opt.n_threads);
 }
 
 kernels::SourceDone drop_copied_pages(const gguf::File& f) {

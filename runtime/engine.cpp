@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "base/error.h"
 #include "base/memory_info.h"
@@ -20,16 +19,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int resolve_threads(const SessionOptions& opt) {
-  return opt.n_threads > 0 ? opt.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-}
-
 graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
   graph::PlanOptions po;
   po.mode = opt.mode;
   po.kv_type = opt.kv_type;
   po.kv_commit = opt.kv_commit;
-  po.n_threads = resolve_threads(opt);
+  po.n_threads = threads_or_cores(opt.n_threads);
   if (opt.n_batch < 0 || opt.chunk_layers < 0) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
                 "[session] n_batch and chunk_layers must not be negative");
@@ -137,7 +132,7 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
                     std::to_string(need) + " bytes (" + mib(need) + ") but " +
                     std::to_string(avail) + " bytes (" + mib(avail) + ") are available");
   }
-  pool_ = std::make_unique<graph::ThreadPool>(resolve_threads(opt));
+  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads));
   try {
     exec_ = std::make_unique<graph::Executor>(session_graph(model, resolved, po.n_ctx), po, *pool_,
                                               model.memory(po.n_ctx), opt.commit_hook);
