@@ -5,8 +5,8 @@
 #include <string>
 
 #include "base/error.h"
-#include "base/memory_info.h"
 #include "base/for_each_index.h"
+#include "base/memory_info.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/quantize_q8_ref.h"
@@ -183,12 +183,11 @@ ByteBuffer WeightArena::own(size_t n) {
 
 ByteBuffer WeightArena::take(size_t n) {
   if (n > kChunkBytes / 4) return own(n);
-  const size_t at = (used_ + 63) / 64 * 64;
+  size_t at = (used_ + 63) / 64 * 64;
   if (!chunk_ || at + n > kChunkBytes) {
     // The rest of the old chunk is never touched, so never resident.
     chunk_ = own(kChunkBytes).owner_;
-    used_ = 0;
-    return take(n);
+    at = 0;
   }
   ByteBuffer b;
   b.owner_ = std::shared_ptr<uint8_t>(chunk_, chunk_.get() + at);  // keeps the chunk
