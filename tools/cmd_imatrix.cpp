@@ -1,13 +1,12 @@
 // lilims imatrix: per matmul weight, the mean squared activation of each
 // input column over a text (models/imatrix.h), for `lilims quantize
 // --imatrix`.
-#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "base/memory_info.h"
 #include "models/imatrix.h"
 #include "runtime/engine.h"
 #include "runtime/imatrix.h"
@@ -75,8 +74,7 @@ int imatrix_main(int argc, char** argv) {
     runtime::ImatrixOptions opt;
     opt.n_ctx = common.n_ctx;
     opt.max_chunks = (int32_t)max_chunks;
-    opt.n_threads = common.n_threads > 0 ? common.n_threads
-                                         : (int)std::max(1u, std::thread::hardware_concurrency());
+    opt.n_threads = threads_or_cores(common.n_threads);
     tools::ProgressLine line("imatrix", progress);
     const models::Imatrix m = runtime::collect_imatrix(
         *model, tokens, opt, [&](int32_t done, int32_t n) { line.update((uint64_t)done, (uint64_t)n, ""); });

@@ -6,9 +6,9 @@
 #include <map>
 #include <string>
 #include <vector>
-#include <thread>
 #include <algorithm>
 
+#include "base/memory_info.h"
 #include "models/gguf.h"
 #include "models/imatrix.h"
 #include "models/requantize.h"
@@ -57,7 +57,7 @@ int cmd_quantize(int argc, char** argv) {
   std::string pos[3];
   int n_pos = 0;
   lilims::gguf::RequantizeOptions opt;
-  opt.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+  opt.n_threads = lilims::threads_or_cores(0);
   bool progress = true;
   std::string imatrix_path, calibrate_path;
   std::map<std::string, std::vector<float>> importance;
