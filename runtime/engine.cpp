@@ -132,7 +132,7 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
                     std::to_string(need) + " bytes (" + mib(need) + ") but " +
                     std::to_string(avail) + " bytes (" + mib(avail) + ") are available");
   }
-  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads));
+  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads), opt.pool_hook);
   try {
     exec_ = std::make_unique<graph::Executor>(session_graph(model, resolved, po.n_ctx), po, *pool_,
                                               model.memory(po.n_ctx), opt.commit_hook);

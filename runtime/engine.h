@@ -112,6 +112,7 @@ struct SessionOptions {
   // How staged K/V rows reach the cache (graph/kv_cache.h); skip only for benchmarks.
   graph::KvCommit kv_commit = graph::KvCommit::sync;
   graph::CommitHook commit_hook;  // called before each KV commit (tests inject delays)
+  graph::PoolHook pool_hook;      // called at the thread pool's race points (tests inject delays)
   // n_ctx beyond the model's training context: refused unless set, as
   // positions the model never saw give poor text rather than an error.
   bool allow_ctx_beyond_train = false;

@@ -5,8 +5,11 @@
 // bit for bit over every position of a long prompt fed one token at a time
 // (splits 1 to 8 on stories260K, 1 to 3 on SmolLM2), for thread counts
 // below, at and above the machine's cores.
+#include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -19,10 +22,11 @@ namespace {
 
 // The logits after each token of `tokens`, fed one at a time.
 std::vector<float> step_logits(const runtime::Model& model, const std::vector<int32_t>& tokens,
-                               int threads) {
+                               int threads, graph::PoolHook hook = {}) {
   runtime::SessionOptions so;
   so.n_ctx = (int32_t)tokens.size();
   so.n_threads = threads;
+  so.pool_hook = hook;
   runtime::Session s(model, so);
   std::vector<float> all;
   for (int32_t t : tokens) {
@@ -66,6 +70,42 @@ TEST(SplitAttention, Stories260KDecodeLogitsAreTheSameOnEveryThreadCount) {
   // 8 * kAttnSplitKeys + 40 positions: every split count up to the most.
   expect_same_on_every_thread_count(
       path, (size_t)kernels::kAttnMaxSplits * kernels::kAttnSplitKeys + 40, {2, 3, 4, 5, 8});
+}
+
+// Delays at the pool's race points: a thread yields at a tenth of them and
+// sleeps 1-50 us at one in twenty, so tasks land on other threads, late workers find
+// their job gone, and a run of key ranges ends while another thread still
+// writes its neighbours' partial sums.
+void chaos(void* user, graph::PoolPoint, int thread) {
+  thread_local std::mt19937 rng(std::random_device{}() ^ (unsigned)thread);
+  (void)user;
+  const unsigned r = rng() % 100;
+  if (r < 10) {
+    std::this_thread::yield();
+  } else if (r < 15) {
+    std::this_thread::sleep_for(std::chrono::microseconds(1 + rng() % 50));
+  }
+}
+
+TEST(SplitAttention, Stories260KDecodeLogitsAreTheSameUnderInjectedDelays) {
+  const std::string path = test::shared_data("stories260K/stories260K.gguf");
+  LILIMS_REQUIRE_FILE(path, "../shared/data, see SOURCES.md");
+  auto model = runtime::Model::open(path);
+  // Up to 4 key ranges: 2 threads run each group's ranges as one task, 5
+  // threads (more than the cores) in runs of 1 and 2.
+  const size_t n = 4 * (size_t)kernels::kAttnSplitKeys + 40;
+  const std::vector<int32_t> tokens = text_tokens(*model, n);
+  ASSERT_EQ(tokens.size(), n);
+  const size_t nv = (size_t)model->hparams().n_vocab;
+  const std::vector<float> one = step_logits(*model, tokens, 1);
+  for (int th : {2, 5}) {
+    const std::vector<float> many = step_logits(*model, tokens, th, graph::PoolHook{&chaos, nullptr});
+    ASSERT_EQ(many.size(), one.size());
+    for (size_t p = 0; p < n; ++p) {
+      ASSERT_EQ(std::memcmp(many.data() + p * nv, one.data() + p * nv, nv * sizeof(float)), 0)
+          << th << " threads with delays vs 1: the logits after position " << p << " differ";
+    }
+  }
 }
 
 TEST(SplitAttention, SmolLM2DecodeLogitsAreTheSameOnEveryThreadCount) {
