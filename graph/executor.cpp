@@ -400,7 +400,8 @@ namespace lilims::graph {
 // threads there are, and whether it came alone (decode) or in a block
 // (forward_as_decode).  The runs are what the thread count chooses: about
 // two tasks per thread, each reading one long stretch of a head's cache
-// rows rather than many short ones.
+// rows rather than many short ones, in one kernel call that streams its
+// ranges (AttentionArgs::n_ranges).
 void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt) {
   const kernels::OpsTable& ops = *plan_.ops;
   const ModelShape& sh = graph_.shape();
@@ -445,13 +446,22 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
       ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
       return;
     }
-    const int s1 = (r + 1) * splits[i] / runs[i];
-    for (int s = r * splits[i] / runs[i]; s < s1; ++s) {
-      la.out = part_at(i, s);
-      la.lse = lse_at(i, s);
-      kernels::attention_split_range(lo[i], hi[i], s, splits[i], &la.key_lo, &la.key_hi);
-      ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
+    // The run's ranges in one call, each with its own partial sums.
+    const int s0 = r * splits[i] / runs[i], s1 = (r + 1) * splits[i] / runs[i];
+    int64_t bounds[kernels::kAttnMaxSplits + 1], last = 0;
+    for (int s = s0; s < s1; ++s) {
+      kernels::attention_split_range(lo[i], hi[i], s, splits[i], &bounds[s - s0], &last);
     }
+    bounds[s1 - s0] = last + 1;
+    la.n_ranges = s1 - s0;
+    la.key_bounds = bounds;
+    la.key_lo = bounds[0];
+    la.key_hi = last;
+    la.out = part_at(i, s0);
+    la.lse = lse_at(i, s0);
+    la.range_out_stride = per_split;
+    la.range_lse_stride = sh.n_head;
+    ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
   });
   for (int32_t i = 0; i < nt; ++i) {
     if (splits[i] == 1) continue;

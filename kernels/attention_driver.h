@@ -60,6 +60,7 @@ namespace lilims::kernels::attn {
 
 using detail::kAttnKeys;
 using detail::kAttnRows;
+static_assert(kAttnSplitBlock % kAttnKeys == 0, "key ranges start on key blocks");
 constexpr int kPrefetchBlocks = 3;  // how far ahead the cache rows are prefetched
 // Decode path only from this head dim: tiny heads gain nothing from it, and
 // with them the stories260K test of prefill == step-by-step logits (1e-3)
@@ -219,48 +220,57 @@ struct Driver {
     }
   }
 
-  // Decode of nh <= NH <= 8 heads of kv group g starting at row.q / row.out.
+  // Decode of nh <= NH <= 8 heads of kv group g starting at rows[0].q, over
+  // the key ranges of rows[0 .. nr) (consecutive, in order), each with its
+  // own out / lse.  Each range starts its blocks at its own lo and its sums
+  // afresh, so its result is the one a call over it alone gives; only the
+  // prefetch runs on across the boundaries, one stream over all of them.
   // qt: 8 * d floats, s: kAttnKeys * 8.
   template <int D, int NH>
-  static void decode_group(const AttentionArgs& a, int g, int nh, const Row& row, float* kv,
-                           float* acc, float* qt, float* s) {
+  static void decode_group(const AttentionArgs& a, int g, int nh, const Row* rows, int nr,
+                           float* kv, float* acc, float* qt, float* s) {
     const int d = D ? D : a.head_dim;
     const bool direct = K::has_direct && K::decode_direct(a.kv_type);
-    K::template decode_load_q<NH>(row.q, nh, d, direct, qt);
-    std::memset(acc, 0, (size_t)nh * d * 4);
+    K::template decode_load_q<NH>(rows[0].q, nh, d, direct, qt);
+    const int64_t stream_lo = rows[0].lo, stream_hi = rows[nr - 1].hi;
     alignas(32) float m[8], l[8], corr[8];
-    for (int h = 0; h < 8; ++h) {
-      m[h] = -INFINITY;
-      l[h] = 0.0f;
-    }
-    for (int64_t kb = row.lo; kb <= row.hi; kb += kAttnKeys) {
-      const int nk = (int)std::min<int64_t>(kAttnKeys, row.hi - kb + 1);
-      prefetch_ahead(a, kb, row.lo, row.hi, g, d);
-      const Span ks = span(a, a.k, a.k_new, kb, nk, g, d);
-      if (direct) {
-        if constexpr (K::has_direct) {
-          K::template decode_scores_direct<D, NH>(ks, qt, nk, d, a.scale, s);
-        }
-      } else {
-        load(a, ks, d, kv);
-        const int nkt = (nk + K::decode_key_tile - 1) / K::decode_key_tile * K::decode_key_tile;
-        if (nk < nkt) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nkt - nk) * d * 4);
-        K::template decode_scores<D, NH>(qt, kv, nk, d, a.scale, s);
+    for (int r = 0; r < nr; ++r) {
+      const Row& row = rows[r];
+      std::memset(acc, 0, (size_t)nh * d * 4);
+      for (int h = 0; h < 8; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
       }
-      K::template decode_softmax<NH>(m, l, s, nk, corr);  // corr is 0 on the first block
-      const Span vs = span(a, a.v, a.v_new, kb, nk, g, d);
-      if (direct) {
-        if constexpr (K::has_direct) {
-          K::template decode_pv_direct<D, NH>(vs, acc, corr, s, nk, d);
+      for (int64_t kb = row.lo; kb <= row.hi; kb += kAttnKeys) {
+        const int nk = (int)std::min<int64_t>(kAttnKeys, row.hi - kb + 1);
+        prefetch_ahead(a, kb, stream_lo, stream_hi, g, d);
+        const Span ks = span(a, a.k, a.k_new, kb, nk, g, d);
+        if (direct) {
+          if constexpr (K::has_direct) {
+            K::template decode_scores_direct<D, NH>(ks, qt, nk, d, a.scale, s);
+          }
+        } else {
+          load(a, ks, d, kv);
+          const int nkt =
+              (nk + K::decode_key_tile - 1) / K::decode_key_tile * K::decode_key_tile;
+          if (nk < nkt) std::memset(kv + (int64_t)nk * d, 0, (size_t)(nkt - nk) * d * 4);
+          K::template decode_scores<D, NH>(qt, kv, nk, d, a.scale, s);
         }
-      } else {
-        load(a, vs, d, kv);
-        K::template decode_pv<D>(acc, corr, s, kv, nk, nh, d);
+        K::template decode_softmax<NH>(m, l, s, nk, corr);  // corr is 0 on the first block
+        const Span vs = span(a, a.v, a.v_new, kb, nk, g, d);
+        if (direct) {
+          if constexpr (K::has_direct) {
+            K::template decode_pv_direct<D, NH>(vs, acc, corr, s, nk, d);
+          }
+        } else {
+          load(a, vs, d, kv);
+          K::template decode_pv<D>(acc, corr, s, kv, nk, nh, d);
+        }
       }
-    }
-    for (int h = 0; h < nh; ++h) {
-      K::store_scaled(row.out + (int64_t)h * d, acc + (int64_t)h * d, 1.0f / l[h], d);
-      if (row.lse) row.lse[h] = m[h] + std::log(l[h]);
+      for (int h = 0; h < nh; ++h) {
+        K::store_scaled(row.out + (int64_t)h * d, acc + (int64_t)h * d, 1.0f / l[h], d);
+        if (row.lse) row.lse[h] = m[h] + std::log(l[h]);
+      }
     }
   }
 
@@ -298,26 +308,39 @@ struct Driver {
       const int h0 = std::max(head_begin, g * group), h1 = std::min(head_end, (g + 1) * group);
       const int nh = h1 - h0;
       if (a.n_q == 1 && nh >= min_heads && a.pos0 >= 0 && d >= kDecodeMinDim) {
-        Row row;
-        if (!visible(a, 0, h0, h1, d, row)) continue;
-        row.q = a.q + (int64_t)h0 * d;
-        row.out = a.out + (int64_t)h0 * d;
-        row.lse = a.lse ? a.lse + h0 : nullptr;
-        for (int hb = 0; hb < nh; hb += 8) {  // groups of more than 8 heads: 8 at a time
+        // One row per key range (a single one unless n_ranges > 1), the
+        // ranges that see nothing already written empty.
+        Row ranges[kAttnMaxSplits];
+        int nr = 0;
+        for (int r = 0; r < std::max(1, a.n_ranges); ++r) {
+          const AttentionArgs ar = a.n_ranges > 1 ? attention_range(a, r) : a;
+          Row row;
+          if (!visible(ar, 0, h0, h1, d, row)) continue;
+          row.q = a.q + (int64_t)h0 * d;
+          row.out = ar.out + (int64_t)h0 * d;
+          row.lse = ar.lse ? ar.lse + h0 : nullptr;
+          ranges[nr++] = row;
+        }
+        for (int hb = 0; hb < nh && nr > 0; hb += 8) {  // groups of more than 8 heads: 8 at a time
           const int n8 = std::min(8, nh - hb);
-          Row r8 = row;
-          r8.q += (int64_t)hb * d;
-          r8.out += (int64_t)hb * d;
-          if (r8.lse) r8.lse += hb;
+          Row r8[kAttnMaxSplits];
+          for (int r = 0; r < nr; ++r) {
+            r8[r] = ranges[r];
+            r8[r].q += (int64_t)hb * d;
+            r8[r].out += (int64_t)hb * d;
+            if (r8[r].lse) r8[r].lse += hb;
+          }
           if (n8 >= min_heads) {
             K::decode_dispatch(n8, a.kv_type, [&](auto nh_c) {
-              decode_group<D, decltype(nh_c)::value>(a, g, n8, r8, kv, acc, acc + (int64_t)8 * d,
-                                                     s);
+              decode_group<D, decltype(nh_c)::value>(a, g, n8, r8, nr, kv, acc,
+                                                     acc + (int64_t)8 * d, s);
             });
-          } else {  // the rest of a group of more than 8: row tiles
+            continue;
+          }
+          for (int r = 0; r < nr; ++r) {  // the rest of a group of more than 8: row tiles
             Row rs[8];
             for (int h = 0; h < n8; ++h) {
-              rs[h] = r8;
+              rs[h] = r8[r];
               rs[h].q += (int64_t)h * d;
               rs[h].out += (int64_t)h * d;
               if (rs[h].lse) rs[h].lse += h;
@@ -325,6 +348,10 @@ struct Driver {
             tile<D>(a, g, rs, n8, kv, acc, s, m, l);
           }
         }
+        continue;
+      }
+      if (a.n_ranges > 1) {  // row tiles: one range at a time
+        for (int r = 0; r < a.n_ranges; ++r) run<D>(attention_range(a, r), h0, h1, scratch);
         continue;
       }
       const int64_t n_rows = (int64_t)a.n_q * nh;  // row r: query r / nh, head h0 + r % nh
@@ -350,6 +377,12 @@ struct Driver {
   // constant, any other multiple of 8 generic, anything else (and Q8_0 heads
   // of partial blocks) the ref.
   static void attention(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+    if (a.n_ranges > kAttnMaxSplits) {  // more than the decode path holds: one at a time
+      for (int r = 0; r < a.n_ranges; ++r) {
+        attention(attention_range(a, r), head_begin, head_end, scratch);
+      }
+      return;
+    }
     if (a.head_dim % 8 != 0 || (a.kv_type == quant::Type::Q8_0 && a.head_dim % quant::kBlock)) {
       attention__ref(a, head_begin, head_end, scratch);
       return;

@@ -10,6 +10,7 @@
 // reads or writes past n; y may alias an input unless the entry says not.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -75,7 +76,28 @@ struct AttentionArgs {
   // (attention_combine).  Otherwise these three are ignored.
   int64_t key_lo, key_hi;
   float* lse;
+  // Several consecutive key ranges in one call (lse set, n_q == 1): when
+  // n_ranges > 1 (at most kAttnMaxSplits), range r is [key_bounds[r],
+  // key_bounds[r + 1] - 1] (key_lo and key_hi are then ignored), and its
+  // output and lse go to out + r * range_out_stride and lse + r *
+  // range_lse_stride.  Each range's result is bit for bit what a call over
+  // that range alone gives (attention_range); the kernel may read the
+  // ranges' cache rows as one stream.
+  int32_t n_ranges;
+  const int64_t* key_bounds;
+  int64_t range_out_stride, range_lse_stride;
 };
+
+// Range r of a call over several (AttentionArgs::n_ranges) as a call of its own.
+inline AttentionArgs attention_range(const AttentionArgs& a, int r) {
+  AttentionArgs one = a;
+  one.n_ranges = 0;
+  one.key_lo = a.key_bounds[r];
+  one.key_hi = a.key_bounds[r + 1] - 1;
+  one.out = a.out + r * a.range_out_stride;
+  one.lse = a.lse + r * a.range_lse_stride;
+  return one;
+}
 
 // Bytes of one kv head's row in a cache of type t (F16, F32 or Q8_0), and
 // the offset of kv head g's row from its position's (kv_head_stride_bytes,
@@ -108,12 +130,18 @@ inline int attention_splits(int64_t n_keys) {
   const int64_t n = (n_keys + kAttnSplitKeys - 1) / kAttnSplitKeys;
   return (int)(n < 1 ? 1 : n > kAttnMaxSplits ? kAttnMaxSplits : n);
 }
-// Split s of n of the positions [lo, hi]: [first, last], nearly equal parts.
+// Split s of n of the positions [lo, hi]: [first, last].  The splits share
+// out the kAttnSplitBlock-key blocks from lo as evenly as they go, so only
+// the last split ends in a short block: the SIMD attention walks keys in
+// blocks of that size from a range's first key (detail::kAttnKeys), and a
+// short block costs nearly a whole one.  Empty (first = last + 1) when n
+// exceeds the blocks.
+constexpr int kAttnSplitBlock = 32;
 inline void attention_split_range(int64_t lo, int64_t hi, int s, int n, int64_t* first,
                                   int64_t* last) {
-  const int64_t len = hi - lo + 1;
-  *first = lo + len * s / n;
-  *last = lo + len * (s + 1) / n - 1;
+  const int64_t blocks = (hi - lo + kAttnSplitBlock) / kAttnSplitBlock;
+  *first = lo + blocks * s / n * kAttnSplitBlock;
+  *last = std::min(hi, lo + blocks * (s + 1) / n * kAttnSplitBlock - 1);
 }
 // out (d floats) = the attention over the union of n ranges, from their
 // partial outputs parts[i * stride .. + d) and lse[i * lse_stride]

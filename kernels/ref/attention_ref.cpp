@@ -44,6 +44,12 @@ void attention_load_row__ref(const AttentionArgs& a, const void* base, const flo
 }
 
 void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {
+  if (a.n_ranges > 1) {
+    for (int r = 0; r < a.n_ranges; ++r) {
+      attention__ref(attention_range(a, r), head_begin, head_end, scratch);
+    }
+    return;
+  }
   const int d = a.head_dim;
   const int group = a.n_head / a.n_head_kv;
   float* krow = scratch;       // (head_dim)

@@ -558,6 +558,42 @@ TEST_P(ops_attention, key_ranges_combine_to_the_whole) {
                   << "split " << s << " of " << n << " head " << h;
             }
           }
+          // The same ranges in runs of consecutive ones, a call per run and
+          // kv group (AttentionArgs::n_ranges), as the executor's tasks make
+          // them: bit for bit what the calls over one range each gave.
+          for (int run_len : {n, 2, 3}) {
+            std::vector<float> parts2(parts.size(), -7.0f), lse2(lse.size(), 7.0f);
+            for (int s0 = 0; s0 < n; s0 += run_len) {
+              const int s1 = std::min(n, s0 + run_len);
+              int64_t bounds[kernels::kAttnMaxSplits + 1], last = 0;
+              for (int s = s0; s < s1; ++s) {
+                kernels::attention_split_range(lo, hi, s, n, &bounds[s - s0], &last);
+              }
+              bounds[s1 - s0] = last + 1;
+              AttentionArgs p = a;
+              p.n_ranges = s1 - s0;
+              p.key_bounds = bounds;
+              p.key_lo = bounds[0];
+              p.key_hi = last;
+              p.out = parts2.data() + s0 * row;
+              p.lse = lse2.data() + s0 * c.n_head;
+              p.range_out_stride = row;
+              p.range_lse_stride = c.n_head;
+              for (int g = 0; g < c.n_head_kv; ++g) {
+                ops().attention(p, g * group, (g + 1) * group, scratch.data() + 1);
+              }
+            }
+            for (size_t i = 0; i < parts.size(); ++i) {
+              ASSERT_TRUE(same_bits(parts2[i], parts[i]))
+                  << "runs of " << run_len << " of " << n << " ranges: output " << i << ": "
+                  << parts2[i] << " vs " << parts[i];
+            }
+            for (size_t i = 0; i < lse.size(); ++i) {
+              ASSERT_TRUE(same_bits(lse2[i], lse[i]))
+                  << "runs of " << run_len << " of " << n << " ranges: lse " << i << ": " << lse2[i]
+                  << " vs " << lse[i];
+            }
+          }
           std::vector<float> out((size_t)row);
           for (int h = 0; h < c.n_head; ++h) {
             kernels::attention_combine(parts.data() + h * d, row, lse.data() + h, c.n_head, n, d,
