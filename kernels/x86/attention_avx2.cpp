@@ -23,6 +23,14 @@
 namespace lilims::kernels {
 namespace {
 
+// x, kept in a register: a vector that two FMAs use is loaded once.  Left
+// to itself GCC folds the load into both FMAs of pv_chunk2, and its loop
+// then issues 10 loads for 8 FMAs instead of 6.
+inline __m256 in_register(__m256 x) {
+  asm("" : "+x"(x));
+  return x;
+}
+
 // Sums of four accumulators as one __m128 (a, b, c, d).
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -119,7 +127,7 @@ inline void pv_chunk2(float* acc_a, float* acc_b, __m256 corr_a, __m256 corr_b,
   for (int j = 0; j < nk; ++j, v += d) {
     const __m256 pja = _mm256_broadcast_ss(pa + j * PS), pjb = _mm256_broadcast_ss(pb + j * PS);
     for (int k = 0; k < NV; ++k) {
-      const __m256 vv = _mm256_load_ps(v + 8 * k);
+      const __m256 vv = in_register(_mm256_load_ps(v + 8 * k));
       ra[k] = _mm256_fmadd_ps(pja, vv, ra[k]);
       rb[k] = _mm256_fmadd_ps(pjb, vv, rb[k]);
     }
