@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 
 namespace lilims::graph {
 
@@ -194,6 +195,16 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
         break;
       }
       const uint8_t* table = static_cast<const uint8_t*>(n.w->data);
+      if (n.w->layout != kernels::kLayoutGguf) {  // a repacked table: block by block
+        alignas(16) uint8_t blk[64];
+        for (int32_t t = 0; t < rows; ++t) {
+          for (int64_t b = 0; b < n.w->cols / quant::kBlock; ++b) {
+            quant::block_from_packed(n.w->type, n.w->layout, table, n.w->cols, tokens[t], b, blk);
+            embed_traits_->to_float(blk, out + t * ldo + b * quant::kBlock, quant::kBlock);
+          }
+        }
+        break;
+      }
       for (int32_t t = 0; t < rows; ++t) {
         embed_traits_->to_float(table + (size_t)tokens[t] * embed_row_bytes_, out + t * ldo, n.w->cols);
       }

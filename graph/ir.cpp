@@ -1,6 +1,7 @@
 #include "graph/ir.h"
 
 #include "base/error.h"
+#include "quant/repack.h"
 
 namespace lilims::graph {
 namespace {
@@ -79,7 +80,9 @@ Node& Graph::push(Op op, int out, int a, int b, int c) {
 }
 
 void Graph::embed(const kernels::PackedWeight& table, int out) {
-  if (table.layout != kernels::kLayoutGguf || table.cols != cols(out)) bad("embed: table mismatch");
+  const bool layout_ok = table.layout == kernels::kLayoutGguf ||
+                         (quant::repackable_x4(table.type) && table.cols % quant::kBlock == 0);
+  if (!layout_ok || table.cols != cols(out)) bad("embed: table mismatch");
   push(Op::embed, out).w = &table;
 }
 

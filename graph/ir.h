@@ -65,7 +65,7 @@ const char* op_name(Op op);
 struct Node {
   Op op;
   int out = -1, a = -1, b = -1, c = -1;
-  const kernels::PackedWeight* w = nullptr;  // matmul, embed (GGUF layout)
+  const kernels::PackedWeight* w = nullptr;  // matmul, embed (GGUF or a repacked layout)
   const float* bias = nullptr;               // matmul: (w->rows) or null
   const float* norm_w = nullptr;             // norms: (cols)
   const float* norm_b = nullptr;             // layer_norm: (cols)

@@ -91,7 +91,9 @@ uint64_t MemoryPlan::session() const {
 
 uint64_t MemoryPlan::total() const {
   uint64_t t = session();
-  for (uint64_t b : {weights_mapped, weights_heap, embed_rows, model_host}) t = sat_add(t, b);
+  for (uint64_t b : {weights_mapped, weights_heap, embed_rows, file_header, model_host}) {
+    t = sat_add(t, b);
+  }
   return t;
 }
 
@@ -182,6 +184,7 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
   p.mem.weights_mapped = model.weights_mapped;
   p.mem.weights_heap = model.weights_heap;
   p.mem.embed_rows = model.embed_rows;
+  p.mem.file_header = model.file_header;
   p.mem.model_host = model.host;
   return p;
 }
@@ -233,6 +236,7 @@ std::string Plan::describe(const Graph& g) const {
   row("weights mapped (file)", mem.weights_mapped);
   row("weights repacked (heap)", mem.weights_heap);
   row("embedding rows (mapped)", mem.embed_rows);
+  row("file metadata (mapped)", mem.file_header);
   row("tokenizer, vocabulary", mem.model_host);
   row("peak total", mem.total());
   return s;

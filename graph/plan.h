@@ -48,6 +48,7 @@ struct MemoryPlan {
   uint64_t weights_mapped = 0; // weight bytes the kernels read from the file mapping
   uint64_t weights_heap = 0;   // repacked and re-quantized weight copies
   uint64_t embed_rows = 0;     // embedding rows a full context can touch (mapped pages)
+  uint64_t file_header = 0;    // the file's metadata and the copied tensors' edge pages (mapped)
   uint64_t model_host = 0;     // tokenizer, vocabulary and other host structures
   // What a session adds to a loaded model (everything but the weights).
   uint64_t session() const;
@@ -74,7 +75,7 @@ struct Plan {
 };
 
 struct ModelMemory {
-  uint64_t weights_mapped = 0, weights_heap = 0, embed_rows = 0, host = 0;
+  uint64_t weights_mapped = 0, weights_heap = 0, embed_rows = 0, file_header = 0, host = 0;
 };
 
 // Throws lilims::Error for options the graph cannot run with.

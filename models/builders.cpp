@@ -120,7 +120,7 @@ Graph build_graph(const Model& m, const BuildOptions& opt) {
   // chunk 0: the embedding and the RoPE tables of the block's positions
   g.begin_chunk(ChunkKind::embed);
   Stream s{g.tensor("x", hp.n_embd), g.tensor("rope_cos", hp.n_rot / 2), g.tensor("rope_sin", hp.n_rot / 2)};
-  g.embed(m.tok_embd.packed, s.x);
+  g.embed(embedding_table(m), s.x);
   g.rope_table(s.cos, s.sin);
 
   // chunks 1..N: chunk_layers transformer blocks each

@@ -387,6 +387,12 @@ const char* arch_name(Arch a) {
   return "?";
 }
 
+const kernels::PackedWeight& embedding_table(const Model& m) {
+  const bool packed_copy = m.tied_output && m.output.packed.layout != kernels::kLayoutGguf &&
+                           m.output.packed.type == m.tok_embd.type;
+  return packed_copy ? m.output.packed : m.tok_embd.packed;
+}
+
 void dequantize_row(const Weight& w, int64_t row, float* out) {
   const size_t rb = quant::row_bytes(w.type, w.cols);
   quant::type_traits((uint32_t)w.type)->to_float(

@@ -151,6 +151,12 @@ std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOp
 // The threads a load repacks on: opt.n_threads, or one per core when it is 0.
 int load_threads(const LoadOptions& opt);
 
+// What the embedding rows are read from: a tied output's repacked copy when
+// there is one (the same bytes, in the kernels' layout), so that after the
+// load the file's pages of token_embd are never touched again and only one
+// copy of the table is resident; tok_embd's bytes otherwise.
+const kernels::PackedWeight& embedding_table(const Model& m);
+
 // Dequantizes row `row` of a weight (e.g. one token's embedding) into out (cols floats).
 void dequantize_row(const Weight& w, int64_t row, float* out);
 

@@ -61,11 +61,19 @@ graph::ModelMemory Model::memory(int32_t n_ctx) const {
   mm.weights_heap = model_->repacked_bytes + model_->requantized_bytes;
   // Each token's embedding row is read from the mapping: at most one page
   // per row (two when a row straddles pages), for every position.  A
-  // re-quantized embedding is on the heap, counted whole above.
+  // re-quantized embedding is on the heap, counted whole above, and so is
+  // a tied output's repacked copy when the rows are read from it.
   const models::Weight& e = model_->tok_embd;
   const uint64_t row = quant::row_bytes(e.type, e.cols), page = 4096;
   const uint64_t per_row = (row + page - 1) / page * page + (row % page ? page : 0);
-  mm.embed_rows = e.requantized ? 0 : std::min<uint64_t>(row * (uint64_t)e.rows, per_row * (uint64_t)n_ctx);
+  const bool on_heap = e.requantized || &models::embedding_table(*model_) != &e.packed;
+  mm.embed_rows = on_heap ? 0 : std::min<uint64_t>(row * (uint64_t)e.rows, per_row * (uint64_t)n_ctx);
+  // The load reads the metadata through the mapping, and the pages a
+  // copied tensor shares with its neighbours stay when its own are dropped
+  // (models::drop_copied_pages): about one page per tensor.
+  if (model_->file) {
+    mm.file_header = model_->file->data_offset() + (uint64_t)page * model_->file->tensors().size();
+  }
   mm.host = tokenizer_->memory_bytes();
   for (const std::string& p : pieces_) mm.host += string_bytes(p);
   return mm;
