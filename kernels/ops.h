@@ -95,7 +95,7 @@ inline AttentionArgs attention_range(const AttentionArgs& a, int r) {
   one.key_lo = a.key_bounds[r];
   one.key_hi = a.key_bounds[r + 1] - 1;
   one.out = a.out + r * a.range_out_stride;
-  one.lse = a.lse + r * a.range_lse_stride;
+  one.lse = a.lse ? a.lse + r * a.range_lse_stride : nullptr;
   return one;
 }
 
