@@ -55,11 +55,10 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   for (const Node& n : graph_.nodes()) {
     if (n.op != Op::embed) continue;
     embed_out_ = n.out;
-    embed_traits_ = quant::type_traits((uint32_t)n.w->type);
-    if (!embed_traits_ || !embed_traits_->to_float) {
+    const quant::TypeTraits* embed_traits = quant::type_traits((uint32_t)n.w->type);
+    if (!embed_traits || !embed_traits->to_float) {
       throw Error(LILIMS_ERR_UNSUPPORTED, "[executor] no row conversion for the embedding's type");
     }
-    embed_row_bytes_ = quant::row_bytes(n.w->type, n.w->cols);
   }
   q8_0_traits_ = quant::type_traits((uint32_t)quant::Type::Q8_0);
 }
@@ -194,19 +193,8 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
         }
         break;
       }
-      const uint8_t* table = static_cast<const uint8_t*>(n.w->data);
-      if (n.w->layout != kernels::kLayoutGguf) {  // a repacked table: block by block
-        alignas(16) uint8_t blk[64];
-        for (int32_t t = 0; t < rows; ++t) {
-          for (int64_t b = 0; b < n.w->cols / quant::kBlock; ++b) {
-            quant::block_from_packed(n.w->type, n.w->layout, table, n.w->cols, tokens[t], b, blk);
-            embed_traits_->to_float(blk, out + t * ldo + b * quant::kBlock, quant::kBlock);
-          }
-        }
-        break;
-      }
       for (int32_t t = 0; t < rows; ++t) {
-        embed_traits_->to_float(table + (size_t)tokens[t] * embed_row_bytes_, out + t * ldo, n.w->cols);
+        quant::row_to_float(n.w->type, n.w->layout, n.w->data, n.w->cols, tokens[t], out + t * ldo);
       }
       break;
     }
@@ -459,15 +447,12 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
     }
     // The run's ranges in one call, each with its own partial sums.
     const int s0 = r * splits[i] / runs[i], s1 = (r + 1) * splits[i] / runs[i];
-    int64_t bounds[kernels::kAttnMaxSplits + 1], last = 0;
-    for (int s = s0; s < s1; ++s) {
-      kernels::attention_split_range(lo[i], hi[i], s, splits[i], &bounds[s - s0], &last);
-    }
-    bounds[s1 - s0] = last + 1;
+    int64_t bounds[kernels::kAttnMaxSplits + 1];
+    kernels::attention_split_bounds(lo[i], hi[i], s0, s1, splits[i], bounds);
     la.n_ranges = s1 - s0;
     la.key_bounds = bounds;
     la.key_lo = bounds[0];
-    la.key_hi = last;
+    la.key_hi = bounds[s1 - s0] - 1;
     la.out = part_at(i, s0);
     la.lse = lse_at(i, s0);
     la.range_out_stride = per_split;

@@ -107,8 +107,6 @@ class Executor {
   int logits_tensor_ = -1;
   std::vector<int> logits_views_;  // the tensors whose root is the logits (their base is set per call)
   // Resolved here, not per call: the embedding table's row conversion, and Q8_0's.
-  const quant::TypeTraits* embed_traits_ = nullptr;
-  size_t embed_row_bytes_ = 0;
   int embed_out_ = -1;  // the embed node's output tensor
   const quant::TypeTraits* q8_0_traits_ = nullptr;
   bool attention_per_token_ = false;  // set for the life of forward_as_decode

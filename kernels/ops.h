@@ -143,6 +143,13 @@ inline void attention_split_range(int64_t lo, int64_t hi, int s, int n, int64_t*
   *first = lo + blocks * s / n * kAttnSplitBlock;
   *last = std::min(hi, lo + blocks * (s + 1) / n * kAttnSplitBlock - 1);
 }
+// key_bounds (AttentionArgs) of splits [s0, s1) of n of [lo, hi]: s1 - s0 +
+// 1 entries, split s0 + i = [bounds[i], bounds[i + 1] - 1].
+inline void attention_split_bounds(int64_t lo, int64_t hi, int s0, int s1, int n, int64_t* bounds) {
+  int64_t last = 0;
+  for (int s = s0; s < s1; ++s) attention_split_range(lo, hi, s, n, &bounds[s - s0], &last);
+  bounds[s1 - s0] = last + 1;
+}
 // out (d floats) = the attention over the union of n ranges, from their
 // partial outputs parts[i * stride .. + d) and lse[i * lse_stride]
 // (AttentionArgs::lse), summed in order i = 0, 1, ...

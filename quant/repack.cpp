@@ -111,4 +111,18 @@ void block_from_packed(Type type, int layout, const void* packed, int64_t cols, 
   }
 }
 
+void row_to_float(Type type, int layout, const void* packed, int64_t cols, int64_t row, float* out) {
+  const TypeTraits& t = traits(type);
+  if (layout == kLayoutGguf) {
+    t.to_float(static_cast<const uint8_t*>(packed) + row_bytes(type, cols) * (size_t)row, out, cols);
+    return;
+  }
+  alignas(16) uint8_t blk[64];
+  static_assert(sizeof(BlockQ8_0) <= sizeof blk && sizeof(BlockQ4_1) <= sizeof blk, "a block fits");
+  for (int64_t b = 0; b < cols / kBlock; ++b) {
+    block_from_packed(type, layout, packed, cols, row, b, blk);
+    t.to_float(blk, out + b * kBlock, kBlock);
+  }
+}
+
 }  // namespace lilims::quant

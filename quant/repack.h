@@ -100,5 +100,8 @@ void repack(Type type, int layout, const void* src, int64_t rows, int64_t cols, 
 // layout through this.
 void block_from_packed(Type type, int layout, const void* packed, int64_t cols, int64_t row,
                        int64_t b, void* out);
+// Row `row` of a matrix in `layout` (kLayoutGguf or a repacked one) as cols
+// floats, block by block through block_from_packed when repacked.
+void row_to_float(Type type, int layout, const void* packed, int64_t cols, int64_t row, float* out);
 
 }  // namespace lilims::quant

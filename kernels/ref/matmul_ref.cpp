@@ -150,20 +150,10 @@ void f32_f32_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void
 
 void matmul_dequant_f32__ref(const PackedWeight& W, int64_t r0, int64_t r1, const float* x,
                              int64_t ldx, int64_t n, float* y, int64_t ldy) {
-  const quant::TypeTraits* t = &quant::traits(W.type);
   const int64_t K = W.cols;
   std::vector<float> row(K);  // (K) the dequantized weight row
-  std::vector<uint8_t> blk(t->block_bytes);
   for (int64_t r = r0; r < r1; ++r) {
-    if (W.layout != kLayoutGguf) {
-      for (int64_t b = 0; b < K / kBlock; ++b) {
-        quant::block_from_packed(W.type, W.layout, W.data, K, r, b, blk.data());
-        t->to_float(blk.data(), row.data() + b * kBlock, kBlock);
-      }
-    } else {
-      t->to_float(static_cast<const uint8_t*>(W.data) + quant::row_bytes(W.type, K) * r,
-                  row.data(), K);
-    }
+    quant::row_to_float(W.type, W.layout, W.data, K, r, row.data());
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc += row[k] * x[j * ldx + k];

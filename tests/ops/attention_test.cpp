@@ -565,16 +565,13 @@ TEST_P(ops_attention, key_ranges_combine_to_the_whole) {
             std::vector<float> parts2(parts.size(), -7.0f), lse2(lse.size(), 7.0f);
             for (int s0 = 0; s0 < n; s0 += run_len) {
               const int s1 = std::min(n, s0 + run_len);
-              int64_t bounds[kernels::kAttnMaxSplits + 1], last = 0;
-              for (int s = s0; s < s1; ++s) {
-                kernels::attention_split_range(lo, hi, s, n, &bounds[s - s0], &last);
-              }
-              bounds[s1 - s0] = last + 1;
+              int64_t bounds[kernels::kAttnMaxSplits + 1];
+              kernels::attention_split_bounds(lo, hi, s0, s1, n, bounds);
               AttentionArgs p = a;
               p.n_ranges = s1 - s0;
               p.key_bounds = bounds;
               p.key_lo = bounds[0];
-              p.key_hi = last;
+              p.key_hi = bounds[s1 - s0] - 1;
               p.out = parts2.data() + s0 * row;
               p.lse = lse2.data() + s0 * c.n_head;
               p.range_out_stride = row;
