@@ -11,6 +11,25 @@
 
 namespace lilims::graph {
 
+namespace {
+bool row_wise(Op op) {
+  switch (op) {
+    case Op::rms_norm:
+    case Op::layer_norm:
+    case Op::rope:
+    case Op::copy:
+    case Op::swiglu:
+    case Op::gelu:
+    case Op::add:
+    case Op::quick_gelu:
+    case Op::gelu_erf:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const ModelMemory& model,
                    CommitHook hook)
     : graph_(std::move(g)), pool_(pool) {
@@ -61,6 +80,21 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
     }
   }
   q8_0_traits_ = quant::type_traits((uint32_t)quant::Type::Q8_0);
+
+  const auto& nodes = graph_.nodes();
+  row_runs_.assign(nodes.size(), RowRun{});
+  for (const Chunk& ch : graph_.chunks()) {
+    for (int i = ch.node_begin; i < ch.node_end; ++i) {
+      row_runs_[(size_t)i].end = (size_t)i + 1;
+      if (!row_wise(nodes[(size_t)i].op) || (i > ch.node_begin && row_wise(nodes[(size_t)i - 1].op))) continue;
+      int j = i + 1;
+      while (j < ch.node_end && row_wise(nodes[(size_t)j].op)) ++j;
+      RowRun& rr = row_runs_[(size_t)i];
+      rr.end = (size_t)j;
+      const MatmulStep* next = j < ch.node_end && nodes[(size_t)j].op == Op::matmul ? &plan_.mm[(size_t)j] : nullptr;
+      if (next && next->kern && next->quant && nodes[(size_t)j].a == nodes[(size_t)j - 1].out) rr.quant = next;
+    }
+  }
 }
 
 Executor::~Executor() {
@@ -137,8 +171,15 @@ void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logi
     if (ch.kind == ChunkKind::head && !logits) break;
     const int bc = plan_.block_chunk[c];
     if (bc >= 0) kv_->before_chunk(bc);
-    for (int i = ch.node_begin; i < ch.node_end; ++i) {
+    for (int i = ch.node_begin; i < ch.node_end;) {
+      const RowRun& rr = row_runs_[(size_t)i];
+      if (rr.end > (size_t)i + 1 || rr.quant) {
+        run_rows(rr, (size_t)i, rows);
+        i = (int)rr.end;
+        continue;
+      }
       run(graph_.nodes()[(size_t)i], (size_t)i, rows, m, pos0, tokens, all_logits);
+      ++i;
     }
     if (bc >= 0) kv_->commit(bc, pos0, m);
   }
@@ -167,16 +208,19 @@ void Executor::round_staged(int layer, int32_t m) {
   }
 }
 
-void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
-                   const int32_t* tokens, bool all_logits) {
+
+// Rows [t0, t1) of a row-wise node: row t of its output depends on row t of
+// its inputs alone.
+void Executor::row_op(const Node& n, int32_t t0, int32_t t1) {
   const kernels::OpsTable& ops = *plan_.ops;
   const ModelShape& sh = graph_.shape();
-  float* out = ptr(n.out);
   const int64_t ldo = ld(n.out), w = graph_.tensors()[(size_t)n.out].cols;
-  const float* a = n.a >= 0 ? ptr(n.a) : nullptr;
-  const float* b = n.b >= 0 ? ptr(n.b) : nullptr;
   const int64_t lda = n.a >= 0 ? ld(n.a) : 0, ldb = n.b >= 0 ? ld(n.b) : 0;
-  // Row-wise ops on contiguous tensors go to the kernel as one run.
+  float* out = ptr(n.out) + t0 * ldo;
+  const float* a = n.a >= 0 ? ptr(n.a) + t0 * lda : nullptr;
+  const float* b = n.b >= 0 ? ptr(n.b) + t0 * ldb : nullptr;
+  const int32_t rows = t1 - t0;
+  // Elementwise ops on contiguous tensors go to the kernel as one run.
   const bool flat = ldo == w && (n.a < 0 || lda == w) && (n.b < 0 || ldb == w);
   auto unary = [&](void (*f)(const float*, float*, int64_t)) {
     if (flat) {
@@ -185,6 +229,78 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       for (int32_t t = 0; t < rows; ++t) f(a + t * lda, out + t * ldo, w);
     }
   };
+  auto binary = [&](void (*f)(const float*, const float*, float*, int64_t)) {
+    if (flat) {
+      f(a, b, out, (int64_t)rows * w);
+    } else {
+      for (int32_t t = 0; t < rows; ++t) f(a + t * lda, b + t * ldb, out + t * ldo, w);
+    }
+  };
+  switch (n.op) {
+    case Op::rms_norm:
+      for (int32_t t = 0; t < rows; ++t) ops.rmsnorm(a + t * lda, n.norm_w, out + t * ldo, w, n.eps);
+      break;
+    case Op::layer_norm:
+      for (int32_t t = 0; t < rows; ++t) {
+        ops.layernorm(a + t * lda, n.norm_w, n.norm_b, out + t * ldo, w, n.eps);
+      }
+      break;
+    case Op::rope: {
+      const float* cos = ptr(n.b) + t0 * ld(n.b);
+      const float* sin = ptr(n.c) + t0 * ld(n.c);
+      for (int32_t t = 0; t < rows; ++t) {
+        ops.rope(out + t * ldo, n.n_heads, sh.head_dim, sh.n_rot, cos + t * ld(n.b), sin + t * ld(n.c),
+                 !sh.rope_neox);
+      }
+      break;
+    }
+    case Op::copy:
+      for (int32_t t = 0; t < rows; ++t) std::memcpy(out + t * ldo, a + t * lda, (size_t)w * sizeof(float));
+      break;
+    case Op::swiglu: binary(ops.swiglu); break;
+    case Op::gelu: unary(ops.gelu); break;
+    case Op::add: binary(ops.add); break;
+    case Op::quick_gelu: unary(kernels::quick_gelu_f32__ref); break;
+    case Op::gelu_erf: unary(ops.gelu_erf); break;
+    default: throw Error(LILIMS_ERR_INTERNAL, std::string("[executor] not a row-wise op: ") + op_name(n.op));
+  }
+}
+
+// A run of row-wise nodes [begin, end) as one job over the pool, each task
+// taking all of them for its rows and then quantizing its rows of the last
+// output for the matmul at `end` (when run.quant is set), which then finds
+// its activations ready: one barrier instead of one per node plus the
+// matmul's own for the quantization.  Every row gets the arithmetic it gets
+// alone, so the split changes no result.
+void Executor::run_rows(const RowRun& run, size_t begin, int32_t rows) {
+  const auto& nodes = graph_.nodes();
+  const Node& last = nodes[run.end - 1];
+  const float* x = ptr(last.out);
+  const int64_t ldx = ld(last.out);
+  const int64_t cols = graph_.tensors()[(size_t)last.out].cols;
+  const int64_t per = std::max<int64_t>(1, rows / (4 * pool_.size()));
+  pool_.parallel_for((rows + per - 1) / per, [&](int64_t task, int) {
+    const int32_t t0 = (int32_t)(task * per), t1 = (int32_t)std::min<int64_t>(rows, t0 + per);
+    for (size_t i = begin; i < run.end; ++i) row_op(nodes[i], t0, t1);
+    if (!run.quant) return;
+    for (int32_t t = t0; t < t1; ++t) {
+      run.quant->quant->fn(x + t * ldx, act_ + (size_t)t * run.quant->act_stride, cols);
+    }
+  });
+  act_ready_ = run.quant ? (int)run.end : -1;
+}
+
+void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
+                   const int32_t* tokens, bool all_logits) {
+  const ModelShape& sh = graph_.shape();
+  float* out = ptr(n.out);
+  const int64_t ldo = ld(n.out), w = graph_.tensors()[(size_t)n.out].cols;
+  const float* a = n.a >= 0 ? ptr(n.a) : nullptr;
+  const int64_t lda = n.a >= 0 ? ld(n.a) : 0;
+  if (row_wise(n.op)) {
+    row_op(n, 0, rows);
+    return;
+  }
   switch (n.op) {
     case Op::embed: {
       if (embd_block_) {
@@ -205,52 +321,18 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       }
       break;
     }
-    case Op::rms_norm:
-      for (int32_t t = 0; t < rows; ++t) ops.rmsnorm(a + t * lda, n.norm_w, out + t * ldo, w, n.eps);
-      break;
-    case Op::layer_norm:
-      for (int32_t t = 0; t < rows; ++t) {
-        ops.layernorm(a + t * lda, n.norm_w, n.norm_b, out + t * ldo, w, n.eps);
-      }
-      break;
-    case Op::matmul:
+    case Op::matmul: {
       if (observer_.fn) observer_.fn(observer_.user, *n.w, a, lda, rows);
-      run_matmul(plan_.mm[index], *n.w, a, lda, rows, out, ldo, pool_, act_);
+      const bool ready = act_ready_ == (int)index;
+      act_ready_ = -1;
+      run_matmul(plan_.mm[index], *n.w, a, lda, rows, out, ldo, pool_, act_, ready);
       if (n.bias) {
-        for (int32_t t = 0; t < rows; ++t) ops.add(out + t * ldo, n.bias, out + t * ldo, w);
-      }
-      break;
-    case Op::rope: {
-      const float* cos = ptr(n.b);
-      const float* sin = ptr(n.c);
-      for (int32_t t = 0; t < rows; ++t) {
-        ops.rope(out + t * ldo, n.n_heads, sh.head_dim, sh.n_rot, cos + t * ld(n.b), sin + t * ld(n.c),
-                 !sh.rope_neox);
+        for (int32_t t = 0; t < rows; ++t) plan_.ops->add(out + t * ldo, n.bias, out + t * ldo, w);
       }
       break;
     }
-    case Op::copy:
-      for (int32_t t = 0; t < rows; ++t) std::memcpy(out + t * ldo, a + t * lda, (size_t)w * sizeof(float));
-      break;
     case Op::attention:
       attention(n, m, pos0);
-      break;
-    case Op::swiglu:
-      if (flat) {
-        ops.swiglu(a, b, out, (int64_t)rows * w);
-      } else {
-        for (int32_t t = 0; t < rows; ++t) ops.swiglu(a + t * lda, b + t * ldb, out + t * ldo, w);
-      }
-      break;
-    case Op::gelu:
-      unary(ops.gelu);
-      break;
-    case Op::add:
-      if (flat) {
-        ops.add(a, b, out, (int64_t)rows * w);
-      } else {
-        for (int32_t t = 0; t < rows; ++t) ops.add(a + t * lda, b + t * ldb, out + t * ldo, w);
-      }
       break;
     case Op::select_rows:
     case Op::drop_rows: {
@@ -274,17 +356,13 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
                                                      " rows exceed the table of " +
                                                      std::to_string(n.table_rows));
       }
-      for (int32_t t = 0; t < rows; ++t) ops.add(a + t * lda, n.table + t * w, out + t * ldo, w);
+      for (int32_t t = 0; t < rows; ++t) plan_.ops->add(a + t * lda, n.table + t * w, out + t * ldo, w);
       break;
     case Op::self_attention:
       self_attention(n, rows);
       break;
-    case Op::quick_gelu:
-      unary(kernels::quick_gelu_f32__ref);
-      break;
-    case Op::gelu_erf:
-      unary(ops.gelu_erf);
-      break;
+    default:
+      throw Error(LILIMS_ERR_INTERNAL, std::string("[executor] no case for ") + op_name(n.op));
   }
 }
 

@@ -83,6 +83,15 @@ class Executor {
   void block(const int32_t* tokens, int32_t m, int32_t pos0, float* logits, bool all_logits);
   void run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
            const int32_t* tokens, bool all_logits);
+  // A run of row-wise nodes [begin, end) (see run_rows); quant: the step of
+  // the matmul at end, which reads the run's last output, when its
+  // activations are quantized.
+  struct RowRun {
+    size_t end = 0;
+    const MatmulStep* quant = nullptr;
+  };
+  void run_rows(const RowRun& run, size_t begin, int32_t rows);
+  void row_op(const Node& n, int32_t t0, int32_t t1);
   void attention(const Node& n, int32_t m, int32_t pos0);
   void attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt);
   void self_attention(const Node& n, int32_t rows);
@@ -111,6 +120,8 @@ class Executor {
   const quant::TypeTraits* q8_0_traits_ = nullptr;
   bool attention_per_token_ = false;  // set for the life of forward_as_decode
   MatmulObserver observer_;
+  std::vector<RowRun> row_runs_;  // per node; only a run's first node is looked at
+  int act_ready_ = -1;  // the matmul node whose quantized activations are in act_
 };
 
 }  // namespace lilims::graph

@@ -47,7 +47,8 @@ MatmulStep matmul_step(kernels::Isa isa, bool oracle, const PackedWeight& W, int
 }
 
 void run_matmul(const MatmulStep& step, const PackedWeight& W, const float* X, int64_t ldx,
-                int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act) {
+                int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act,
+                bool act_ready) {
   if (n <= 0) return;
   if (!step.kern) {  // the fp32 oracle
     const int64_t chunk = 16;
@@ -62,9 +63,9 @@ void run_matmul(const MatmulStep& step, const PackedWeight& W, const float* X, i
   if (step.quant) {
     act_stride = step.act_stride;
     const kernels::QuantizeRowFn q = step.quant->fn;
-    if (n == 1) {
+    if (!act_ready && n == 1) {
       q(X, act, W.cols);  // too small to be worth a barrier
-    } else {
+    } else if (!act_ready) {
       const int64_t per = std::max<int64_t>(1, n / (4 * pool.size()));
       pool.parallel_for((n + per - 1) / per, [&](int64_t task, int) {
         const int64_t j1 = std::min(n, (task + 1) * per);

@@ -33,9 +33,11 @@ MatmulStep matmul_step(kernels::Isa isa, bool oracle, const kernels::PackedWeigh
                        int n_batch, int threads);
 
 // Y (n x W.rows, row stride ldy floats) = X (n x W.cols, row stride ldx) * W^T.
-// act: n * step.act_stride bytes when step.quant is set.
+// act: n * step.act_stride bytes when step.quant is set; act_ready: it
+// already holds X quantized (the executor quantizes rows as it makes them).
 void run_matmul(const MatmulStep& step, const kernels::PackedWeight& W, const float* X,
-                int64_t ldx, int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act);
+                int64_t ldx, int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act,
+                bool act_ready = false);
 
 struct MatmulScratch {  // reused across calls
   std::vector<uint8_t> act;
