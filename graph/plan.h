@@ -25,7 +25,7 @@ const char* exec_mode_name(ExecMode m);
 
 struct PlanOptions {
   int32_t n_ctx = 2048;   // positions the KV cache holds
-  int32_t n_batch = 64;   // tokens per prefill block (capped at n_ctx)
+  int32_t n_batch = 256;  // tokens per prefill block (capped at n_ctx)
   int n_threads = 1;
   ExecMode mode = ExecMode::fast;
   quant::Type kv_type = quant::Type::F16;  // F16, Q8_0 (head_dim % 32 == 0) or F32; oracle: F32

@@ -29,7 +29,6 @@ graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
                 "[session] n_batch and chunk_layers must not be negative");
   }
-  po.n_batch = opt.n_batch > 0 ? opt.n_batch : 64;
   const int32_t n_train = model.hparams().n_ctx_train;
   po.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : resolve_n_ctx(model, opt);
   if (po.n_ctx > n_train && !opt.allow_ctx_beyond_train) {
@@ -38,6 +37,16 @@ graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
                     std::to_string(n_train) +
                     " positions the model was trained for; to run it anyway set "
                     "allow_ctx_beyond_train (CLI: --ctx-beyond-train)");
+  }
+  po.n_batch = opt.n_batch;
+  if (po.n_batch == 0) {  // the largest default block the memory holds at this context
+    SessionOptions o = opt;
+    o.n_ctx = po.n_ctx;
+    const uint64_t limit = opt.memory_budget > 0 ? opt.memory_budget : available_memory_bytes();
+    for (po.n_batch = kMaxDefaultBatch; po.n_batch > kMinDefaultBatch; po.n_batch /= 2) {
+      o.n_batch = po.n_batch;
+      if (limit == 0 || session_memory_estimate(model, o) <= limit) break;
+    }
   }
   return po;
 }

@@ -105,7 +105,10 @@ struct SessionOptions {
   // it that does, down to kMinDefaultCtx (resolve_n_ctx).
   int32_t n_ctx = 0;
   int32_t n_threads = 0;  // 0: hardware concurrency
-  int32_t n_batch = 64;   // tokens per prefill block; 0: 64
+  // Tokens per prefill block.  0: kMaxDefaultBatch, halved down to
+  // kMinDefaultBatch while the session would not fit memory_budget (or the
+  // memory available) at its context: the block never costs context.
+  int32_t n_batch = 0;
   graph::ExecMode mode = graph::ExecMode::fast;
   quant::Type kv_type = quant::Type::F16;
   int chunk_layers = 3;  // transformer blocks per chunk
@@ -124,6 +127,10 @@ struct SessionOptions {
 // The smallest context n_ctx 0 falls back to (smaller still when the model
 // was trained for less).
 constexpr int32_t kMinDefaultCtx = 256;
+// The range of the default prefill block (SessionOptions::n_batch).  Larger
+// blocks read each weight fewer times per prompt and share each K/V block
+// among more queries; each block row costs the activations of one token.
+constexpr int32_t kMaxDefaultBatch = 256, kMinDefaultBatch = 64;
 
 // The context a session with these options gets: opt.n_ctx when set, else
 // the rule of SessionOptions::n_ctx.  When not even kMinDefaultCtx fits, that

@@ -250,7 +250,8 @@ typedef struct lilims_session_params {
    * scratch, logits: lilims_session_memory_estimate); 0 = what the machine
    * has available. */
   uint64_t memory_budget;
-  int32_t n_batch;      /* tokens per prefill block; 0 = 64; capped at n_ctx */
+  int32_t n_batch;      /* tokens per prefill block, capped at n_ctx; 0 = 256, halved
+                         * down to 64 while the session would not fit the budget */
   int32_t kv_type;      /* a lilims_kv_type; 0 = LILIMS_KV_F16 */
   int32_t chunk_layers; /* transformer blocks per execution chunk; 0 = 3 */
 } lilims_session_params;

@@ -74,6 +74,9 @@ TEST(CApiMemory, SessionBudget) {
   ModelPtr m = open(path);
   ASSERT_TRUE(m);
   lilims_session_params sp = params(2048);
+  // A fixed block: the default one shrinks to fit a budget
+  // (SessionMemory.DefaultBlockShrinksBeforeTheContext).
+  sp.n_batch = 64;
   const uint64_t need = estimate(m.get(), sp);
   ASSERT_GT(need, 0u);
   sp.memory_budget = need - 1;
@@ -106,7 +109,9 @@ TEST(CApiMemory, DefaultContextFollowsTheBudget) {
   EXPECT_EQ(lilims_session_n_ctx(s), train);
   lilims_session_free(s);
 
+  sp.n_batch = 64;  // a fixed block, as in SessionBudget
   lilims_session_params at = params(2048);
+  at.n_batch = 64;
   const uint64_t need_2048 = estimate(m.get(), at);
   at.n_ctx = 4096;
   const uint64_t need_4096 = estimate(m.get(), at);

@@ -64,6 +64,7 @@ runtime::SessionOptions options(const ModelCase& s, graph::KvCommit commit, Dela
                                 int threads) {
   runtime::SessionOptions so;
   so.n_ctx = 256;
+  so.n_batch = 64;  // the block boundaries the prompt lengths straddle
   so.allow_ctx_beyond_train = true;  // the tiny models say 128; the arithmetic does not care
   so.n_threads = threads;
   so.chunk_layers = s.chunk_layers;

@@ -174,6 +174,54 @@ TEST(SessionMemory, ContextBeyondMemoryIsRefusedBeforeAllocating) {
   EXPECT_GT(available_memory_bytes(), 0u) << "no memory figure on this system";
 }
 
+// The default prefill block is the largest of 256, 128 and 64 rows that
+// leaves the session within its budget at its context, so a tight budget
+// costs prompt speed before it costs context.
+TEST(SessionMemory, DefaultBlockShrinksBeforeTheContext) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see SOURCES.md");
+  auto model = runtime::Model::open(stories_path());
+  const int32_t n_train = model->hparams().n_ctx_train;
+  runtime::SessionOptions so;
+  so.n_threads = 1;
+  so.allow_ctx_beyond_train = true;
+  so.n_ctx = 1024;
+  auto block_of = [&](const runtime::SessionOptions& o) {
+    runtime::Session s(*model, o);
+    return s.executor().plan().opt.n_batch;
+  };
+  EXPECT_EQ(block_of(so), runtime::kMaxDefaultBatch);  // no budget: what the machine has
+  uint64_t need[3];
+  const int32_t blocks[3] = {64, 128, 256};
+  for (int i = 0; i < 3; ++i) {
+    runtime::SessionOptions o = so;
+    o.n_batch = blocks[i];
+    need[i] = runtime::session_memory_estimate(*model, o);
+    if (i > 0) {
+      EXPECT_GT(need[i], need[i - 1]) << "a block of " << blocks[i];
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    for (uint64_t budget : {need[i], i < 2 ? need[i + 1] - 1 : need[i] + 4096}) {
+      runtime::SessionOptions o = so;
+      o.memory_budget = budget;
+      EXPECT_EQ(block_of(o), blocks[i]) << "budget " << budget;
+      EXPECT_EQ(runtime::session_memory_estimate(*model, o), need[i]) << "budget " << budget;
+    }
+  }
+  // The context is resolved first, with the smallest block: a budget that
+  // holds the training context only with 64 rows keeps that context.
+  runtime::SessionOptions o = so;
+  o.n_ctx = n_train;
+  o.n_batch = runtime::kMinDefaultBatch;
+  const uint64_t at_train = runtime::session_memory_estimate(*model, o);
+  o.n_batch = 0;
+  o.n_ctx = 0;
+  o.memory_budget = at_train;
+  runtime::Session s(*model, o);
+  EXPECT_EQ(s.executor().plan().opt.n_ctx, n_train);
+  EXPECT_EQ(s.executor().plan().opt.n_batch, std::min(runtime::kMinDefaultBatch, n_train));
+}
+
 // The model's estimate, made from the parsed file before any weight is
 // read, bounds what the loaded model takes: weights (mapped and heap) and
 // host structures, read or mapped, repacked or not.

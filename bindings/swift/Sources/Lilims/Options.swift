@@ -22,7 +22,7 @@ public struct SessionOptions: Sendable {
   /// Bytes the session may take beyond its model
   /// (`Model.sessionMemoryEstimate`); 0: what the machine has available.
   public var memoryBudget: UInt64 = 0
-  /// Tokens per prefill block; 0: lilims' default (64).
+  /// Tokens per prefill block; 0: lilims' default (256, less when memory is short).
   public var batchSize = 0
   public var kvCacheType = KVCacheType.f16
   /// Transformer blocks per execution chunk; 0: lilims' default (3).
