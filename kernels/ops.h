@@ -235,7 +235,7 @@ namespace detail {  // the per-ISA tables, defined in kernels/{x86,arm}/
 // shared by every row of a tile), query rows (query token x head of one kv
 // group) in tiles of up to kAttnRows.
 constexpr int kAttnKeys = 32;
-constexpr int kAttnRows = 16;
+constexpr int kAttnRows = 32;
 // f32 K/V block + per row (accumulator, scores, max, sum) + 32-byte alignment.
 constexpr size_t attention_scratch_floats_simd(int head_dim) {
   return (size_t)kAttnKeys * head_dim + (size_t)kAttnRows * (head_dim + kAttnKeys + 2) + 16;
