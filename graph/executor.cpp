@@ -81,18 +81,22 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   }
   q8_0_traits_ = quant::type_traits((uint32_t)quant::Type::Q8_0);
 
+  // The runs of row-wise nodes, never across a chunk's end.
   const auto& nodes = graph_.nodes();
   row_runs_.assign(nodes.size(), RowRun{});
   for (const Chunk& ch : graph_.chunks()) {
-    for (int i = ch.node_begin; i < ch.node_end; ++i) {
-      row_runs_[(size_t)i].end = (size_t)i + 1;
-      if (!row_wise(nodes[(size_t)i].op) || (i > ch.node_begin && row_wise(nodes[(size_t)i - 1].op))) continue;
-      int j = i + 1;
-      while (j < ch.node_end && row_wise(nodes[(size_t)j].op)) ++j;
-      RowRun& rr = row_runs_[(size_t)i];
-      rr.end = (size_t)j;
-      const MatmulStep* next = j < ch.node_end && nodes[(size_t)j].op == Op::matmul ? &plan_.mm[(size_t)j] : nullptr;
-      if (next && next->kern && next->quant && nodes[(size_t)j].a == nodes[(size_t)j - 1].out) rr.quant = next;
+    for (size_t i = (size_t)ch.node_begin; i < (size_t)ch.node_end; ++i) {
+      RowRun& rr = row_runs_[i];
+      rr.end = i + 1;
+      const bool starts = row_wise(nodes[i].op) &&
+                          (i == (size_t)ch.node_begin || !row_wise(nodes[i - 1].op));
+      if (!starts) continue;
+      size_t j = i + 1;
+      while (j < (size_t)ch.node_end && row_wise(nodes[j].op)) ++j;
+      rr.end = j;
+      if (j == (size_t)ch.node_end || nodes[j].op != Op::matmul || nodes[j].a != nodes[j - 1].out) continue;
+      const MatmulStep& next = plan_.mm[j];
+      if (next.kern && next.quant) rr.quant = &next;
     }
   }
 }
@@ -207,7 +211,6 @@ void Executor::round_staged(int layer, int32_t m) {
     }
   }
 }
-
 
 // Rows [t0, t1) of a row-wise node: row t of its output depends on row t of
 // its inputs alone.

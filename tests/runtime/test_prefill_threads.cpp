@@ -59,8 +59,8 @@ void expect_same_on_every_thread_count(const std::string& path, size_t n_tokens,
     ASSERT_EQ(one.size(), n_tokens * nv);
     for (int th : threads) {
       for (bool delays : {false, true}) {
-        const std::vector<float> many =
-            prompt_logits(*model, tokens, th, nb, delays ? graph::PoolHook{&chaos, nullptr} : graph::PoolHook{});
+        const graph::PoolHook hook = delays ? graph::PoolHook{&chaos, nullptr} : graph::PoolHook{};
+        const std::vector<float> many = prompt_logits(*model, tokens, th, nb, hook);
         ASSERT_EQ(many.size(), one.size());
         for (size_t p = 0; p < n_tokens; ++p) {
           ASSERT_EQ(std::memcmp(many.data() + p * nv, one.data() + p * nv, nv * sizeof(float)), 0)
