@@ -102,7 +102,7 @@ AwqFold awq_fold(const gguf::File& in, const gguf::SecondMoments& moments,
     if (!in.find_tensor(p + "attn_norm.weight") && !in.find_tensor(p + "ffn_norm.weight")) break;
     groups.push_back({p + "attn_norm.weight", {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, ""});
     groups.push_back({p + "ffn_norm.weight", {p + "ffn_gate.weight", p + "ffn_up.weight"}, ""});
-    groups.push_back({"", {p + "ffn_down.weight"}, p + "ffn_up.weight"});
+    if (opt.fold_down) groups.push_back({"", {p + "ffn_down.weight"}, p + "ffn_up.weight"});
   }
   // Keep the groups that can be folded.
   std::vector<Group> usable;
