@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/for_each_index.h"
+#include "models/awq.h"
 #include "models/gptq.h"
 #include "quant/dequant_ref.h"
 #include "quant/quantize.h"
@@ -162,13 +163,14 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     int remaining = 0;
   };
   std::map<const std::vector<float>*, FactorUse> factors;
+  const SecondMoments* second_moments = opt.second_moments;
   auto moments_for = [&](const TensorInfo& t, quant::Type type) -> const std::vector<float>* {
-    if (!opt.second_moments || (type != quant::Type::Q4_0 && type != quant::Type::Q4_1 &&
+    if (!second_moments || (type != quant::Type::Q4_0 && type != quant::Type::Q4_1 &&
                                 type != quant::Type::Q8_0)) {
       return nullptr;
     }
-    const auto it = opt.second_moments->find(t.name);
-    if (it == opt.second_moments->end() || !it->second) return nullptr;
+    const auto it = second_moments->find(t.name);
+    if (it == second_moments->end() || !it->second) return nullptr;
     const uint64_t n = t.ne[0];
     if (it->second->size() != n * n) {
       throw Error(LILIMS_ERR_INVALID_ARGUMENT,
@@ -191,9 +193,44 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     if (!dst || static_cast<uint32_t>(dst->type) == t.type || t.n_elements == 0) return nullptr;
     return dst;
   };
+  // The folded tensors (float), which replace the file's.
+  models::AwqFold fold;
+  if (opt.activation_scaling && opt.second_moments) {
+    std::map<std::string, size_t> index;
+    for (size_t k = 0; k < in.tensors().size(); ++k) index[in.tensors()[k].name] = k;
+    models::AwqOptions ao;
+    ao.n_threads = opt.n_threads;
+    if (opt.scaling_grid) ao.alphas = *opt.scaling_grid;
+    fold = models::awq_fold(
+        in, *opt.second_moments,
+        [&](const std::string& name) {
+          const auto it = index.find(name);
+          const quant::TypeTraits* d = it == index.end() ? nullptr : dst_of(it->second);
+          return d ? d->type : quant::Type::F32;
+        },
+        ao);
+    second_moments = &fold.moments;
+    if (opt.scaling_alphas) {
+      for (const models::AwqGroupChoice& c : fold.choices) (*opt.scaling_alphas)[c.norm] = c.alpha;
+    }
+  }
+  auto folded = [&](const TensorInfo& t) -> const std::vector<float>* {
+    const auto it = fold.tensors.find(t.name);
+    return it == fold.tensors.end() ? nullptr : &it->second;
+  };
+  // A folded tensor that would otherwise be copied keeps its type.
+  auto dst_or_folded = [&](size_t k) -> const quant::TypeTraits* {
+    const quant::TypeTraits* d = dst_of(k);
+    if (d || !folded(in.tensors()[k])) return d;
+    d = quant::type_traits(in.tensors()[k].type);
+    if (!d) {
+      throw Error(LILIMS_ERR_UNSUPPORTED, "[quantize] cannot write the scaled " + in.tensors()[k].name);
+    }
+    return d;
+  };
   std::vector<std::pair<const std::vector<float>*, int64_t>> to_factor;  // (matrix, n)
   for (size_t k = 0; k < in.tensors().size(); ++k) {
-    const quant::TypeTraits* dst = dst_of(k);
+    const quant::TypeTraits* dst = dst_or_folded(k);
     if (!dst) continue;
     if (const std::vector<float>* m = moments_for(in.tensors()[k], dst->type)) {
       if (factors[m].remaining++ == 0) to_factor.emplace_back(m, static_cast<int64_t>(in.tensors()[k].ne[0]));
@@ -210,7 +247,8 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     if (opt.progress) opt.progress(k, in.tensors().size(), t);
     quant::ReadableType src;
     quant::readable_type(t.type, &src);  // require_readable_types() vouched for it
-    const quant::TypeTraits* dst = dst_of(k);
+    const quant::TypeTraits* dst = dst_or_folded(k);
+    const std::vector<float>* scaled = folded(t);
     if (!dst) {
       out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
       continue;
@@ -228,7 +266,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     // Q4_K -> Q4_1 has an exact path (quant/dequant_ref.h); floats would
     // round every element again.
     const quant::DequantTraits* dq = quant::dequant_traits(t.type);
-    const bool transcode = dq && dq->transcode && dq->load_as == dst->type;
+    const bool transcode = !scaled && dq && dq->transcode && dq->load_as == dst->type;
     const float* importance = nullptr;
     if (opt.importance && dst->block_size > 1) {
       const auto it = opt.importance->find(t.name);
@@ -248,7 +286,11 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
           dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
           continue;
         }
-        src.to_float(t.data + r * src_row, buf.data(), static_cast<int64_t>(ne0));
+        if (scaled) {
+          std::copy(scaled->begin() + (long)(r * ne0), scaled->begin() + (long)((r + 1) * ne0), buf.begin());
+        } else {
+          src.to_float(t.data + r * src_row, buf.data(), static_cast<int64_t>(ne0));
+        }
         if (factor) {
           if (scratch.empty()) scratch.resize(ne0);
           models::quantize_row_gptq(dst->type, buf.data(), data.data() + r * dst_row,

@@ -62,6 +62,15 @@ struct RequantizeOptions {
   // the entry must be (cols, cols) (LILIMS_ERR_INVALID_ARGUMENT otherwise)
   // and needs method search.  Null: none.
   const SecondMoments* second_moments = nullptr;
+  // With second moments: first fold activation-aware column scales into
+  // the weights that read an RMSNorm's output and into that norm
+  // (models/awq.h), then quantize the scaled weights against the rescaled
+  // moments.  The float model computes what it computed before.
+  bool activation_scaling = false;
+  // The exponents tried per group (null: 0, 0.1, .., 1).
+  const std::vector<double>* scaling_grid = nullptr;
+  // The alpha chosen per folded group, by norm name (filled when asked).
+  std::map<std::string, double>* scaling_alphas = nullptr;
   // Rows of a tensor are quantized on this many threads (the bytes do not
   // depend on it).
   int n_threads = 1;
