@@ -88,36 +88,24 @@ AwqFold awq_fold(const gguf::File& in, const gguf::SecondMoments& moments,
                  const std::function<quant::Type(const std::string&)>& type_of, const AwqOptions& opt) {
   AwqFold out;
   out.moments = moments;
-  // A group's s divides the norm's weight (norm) or the rows of the weight
-  // whose output the members read (producer: ffn_up, as the SwiGLU product
-  // is linear in it), and scales the members' columns.
+  // A group's s divides the norm's weight and scales the members' columns.
   struct Group {
     std::string norm;
     std::vector<std::string> members;
-    std::string producer;
   };
   std::vector<Group> groups;
   for (int layer = 0;; ++layer) {
     const std::string p = "blk." + std::to_string(layer) + ".";
     if (!in.find_tensor(p + "attn_norm.weight") && !in.find_tensor(p + "ffn_norm.weight")) break;
-    groups.push_back({p + "attn_norm.weight", {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, ""});
-    groups.push_back({p + "ffn_norm.weight", {p + "ffn_gate.weight", p + "ffn_up.weight"}, ""});
-    if (opt.fold_down) groups.push_back({"", {p + "ffn_down.weight"}, p + "ffn_up.weight"});
+    groups.push_back({p + "attn_norm.weight", {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}});
+    groups.push_back({p + "ffn_norm.weight", {p + "ffn_gate.weight", p + "ffn_up.weight"}});
   }
   // Keep the groups that can be folded.
   std::vector<Group> usable;
   for (const Group& g : groups) {
-    const gguf::TensorInfo* norm = in.find_tensor(g.norm.empty() ? g.producer : g.norm);
-    if (!norm) continue;
-    if (g.norm.empty()) {
-      // The producer's rows are the members' columns.
-      if (norm->ne.size() != 2 || !quant::readable_type(norm->type, nullptr)) continue;
-      const gguf::TensorInfo* m = in.find_tensor(g.members[0]);
-      if (!m || m->ne.size() != 2 || m->ne[0] != norm->ne[1]) continue;
-    } else if (norm->ne.size() != 1 || norm->type != 0 /* F32 */) {
-      continue;
-    }
-    const uint64_t n_cols = g.norm.empty() ? norm->ne[1] : norm->ne[0];
+    const gguf::TensorInfo* norm = in.find_tensor(g.norm);
+    if (!norm || norm->ne.size() != 1 || norm->type != 0 /* F32 */) continue;
+    const uint64_t n_cols = norm->ne[0];
     const std::vector<float>* h = nullptr;
     bool ok = true, any_block = false;
     for (const std::string& m : g.members) {
@@ -168,7 +156,7 @@ AwqFold awq_fold(const gguf::File& in, const gguf::SecondMoments& moments,
         best_alpha = alpha;
       }
     }
-    choices[gi] = {g.norm.empty() ? g.members[0] : g.norm, best_alpha, choices[gi].error_unscaled, best};
+    choices[gi] = {g.norm, best_alpha, choices[gi].error_unscaled, best};
     scales[gi] = awq_scales(diag.data(), n, best_alpha);
   });
   for (size_t gi = 0; gi < usable.size(); ++gi) {
@@ -177,17 +165,9 @@ AwqFold awq_fold(const gguf::File& in, const gguf::SecondMoments& moments,
     const Group& g = usable[gi];
     const std::vector<float>& s = scales[gi];
     const int64_t n = static_cast<int64_t>(s.size());
-    if (g.norm.empty()) {
-      auto it = out.tensors.find(g.producer);  // already scaled by its own group's columns
-      if (it == out.tensors.end()) it = out.tensors.emplace(g.producer, to_floats(*in.find_tensor(g.producer))).first;
-      std::vector<float>& p = it->second;
-      const size_t cols = p.size() / (size_t)n;
-      for (size_t i = 0; i < p.size(); ++i) p[i] /= s[i / cols];
-    } else {
-      std::vector<float> norm = to_floats(*in.find_tensor(g.norm));
-      for (int64_t j = 0; j < n; ++j) norm[(size_t)j] /= s[(size_t)j];
-      out.tensors[g.norm] = std::move(norm);
-    }
+    std::vector<float> norm = to_floats(*in.find_tensor(g.norm));
+    for (int64_t j = 0; j < n; ++j) norm[(size_t)j] /= s[(size_t)j];
+    out.tensors[g.norm] = std::move(norm);
     for (const std::string& m : g.members) {
       std::vector<float> w = to_floats(*in.find_tensor(m));
       for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % (size_t)n];

@@ -8,10 +8,11 @@
 // s_j leaves the float model's outputs as they were (the norm weight stays
 // F32, so the fold is exact up to float rounding), while the quantizer now
 // rounds W s: columns with a large input (s_j > 1) get a finer step
-// relative to their weights.  ffn_down reads the SwiGLU product
-// silu(gate x) * (up x), linear in up's output: dividing up's row j by s_j
-// and scaling down's column j by s_j is exact as well.  Per group, s_j = r_j^alpha / sqrt(max r^alpha
-// * min r^alpha), r_j the input's root mean square (sqrt of H_jj, H the
+// relative to their weights.  (ffn_down's inputs, the SwiGLU product, could
+// take the same through up's rows; on SmolLM2-135M Q4_0 with 8 calibration
+// chunks that raised the KLD to 0.0754 from 0.0706, so it is not done.)
+// Per group, s_j = r_j^alpha / sqrt(max r^alpha * min r^alpha), r_j the
+// input's root mean square (sqrt of H_jj, H the
 // second moments E[x x^T]); alpha is the value on a grid of 0, 0.1, .., 1
 // whose quantized group has the least output error
 //   sum over rows of e^T H e,  e = w - Q(w s) / s,
@@ -49,13 +50,10 @@ struct AwqOptions {
   std::vector<double> alphas = {0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
   int64_t max_sample_rows = 96;  // rows of each weight scored per alpha (evenly spaced)
   int n_threads = 1;
-  // Also the ffn_down group (through ffn_up's rows).  Off: on SmolLM2-135M
-  // (Q4_0, 8 calibration chunks) it raised the KLD to 0.0754 from 0.0706.
-  bool fold_down = false;
 };
 
 struct AwqGroupChoice {
-  std::string norm;  // e.g. blk.0.attn_norm.weight; blk.0.ffn_down.weight for down's group
+  std::string norm;  // e.g. blk.0.attn_norm.weight
   double alpha = 0.0;
   double error_unscaled = 0.0, error = 0.0;
 };
@@ -69,7 +67,7 @@ struct AwqFold {
 };
 
 // The groups of a llama-style model (blk.N.attn_norm -> attn_q/k/v,
-// blk.N.ffn_norm -> ffn_gate/up, blk.N.ffn_up's rows -> ffn_down) whose members all have second moments
+// blk.N.ffn_norm -> ffn_gate/up) whose members all have second moments
 // (one shared matrix) and a norm weight of the right length.  type_of
 // gives the type a weight is quantized to (its error is scored in it; a
 // group whose members none go to Q4_0/Q4_1/Q8_0 is left alone).

@@ -104,6 +104,20 @@ TEST(CliQuality, QuantizeCalibrate) {
                  "quantize", "missing.txt");
   expect_failure(run({"quantize", stories_gguf(), a, "Q4_0", "--calibrate", kText, "--calibrate-ctx", "100000"}),
                  "quantize", "chunk size 100000");
+
+  // --scale-columns: a model that runs, other bytes than without; refused
+  // without --calibrate.
+  const std::string c = tmp_path("c_scaled.gguf");
+  r = run({"quantize", stories_gguf(), c, "Q4_0", "--calibrate", kText, "--calibrate-ctx", "128",
+           "--calibrate-chunks", "2", "--scale-columns", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(read_file(c), read_file(a));
+  r = run({"perplexity", "-m", c, "-f", kText, "-c", "128", "--chunks", "2", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_TRUE(matches(r.out, "ppl = [0-9.]+\n")) << r.out;
+  expect_failure(run({"quantize", stories_gguf(), c, "Q4_0", "--scale-columns"}), "quantize",
+                 "--scale-columns needs --calibrate");
 }
 
 }  // namespace
