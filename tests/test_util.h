@@ -1,6 +1,8 @@
 // Helpers shared by the tests: where data lives, seeded randomness.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -31,6 +33,14 @@ inline std::string smollm2_path() {
   if (const char* d = std::getenv("LILIMS_MODEL_DIR")) return std::string(d) + "/" + file;
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/.cache/lilims/models/" + file;
+}
+
+// A path under the test temp directory that no other test process uses:
+// ctest runs every test as a process of its own, two at a time, and two
+// tests writing one fixed name let one truncate a file the other has mapped
+// (SIGBUS). Tests within one process run one after another.
+inline std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "lilims_" + std::to_string(getpid()) + "_" + name;
 }
 
 inline bool file_exists(const std::string& path) { return std::ifstream(path).good(); }

@@ -19,7 +19,7 @@ using lilims::test::ModelPtr;
 std::string stories_path() { return lilims::test::shared_data("stories260K/stories260K.gguf"); }
 
 std::string write_manifest(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + name;
+  const std::string path = ::lilims::test::temp_path(name);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr);
   if (f) {

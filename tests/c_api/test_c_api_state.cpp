@@ -135,7 +135,7 @@ TEST(CApiState, BufferAndFileRoundTrip) {
   EXPECT_EQ(lilims_session_save_state(a, nullptr, 16, &written), LILIMS_ERR_INVALID_ARGUMENT);
 
   const std::vector<uint8_t> st = save(a);
-  const std::string path = testing::TempDir() + "c_api_state.bin";
+  const std::string path = ::lilims::test::temp_path("c_api_state.bin");
   ASSERT_EQ(lilims_session_save_state_file(a, path.c_str()), LILIMS_OK) << lilims_last_error();
   EXPECT_EQ(lilims::test::read_file(path), std::string(st.begin(), st.end()));
 
@@ -201,7 +201,7 @@ TEST(CApiState, RefusedStatesLeaveTheSessionAsItWas) {
   EXPECT_EQ(lilims_session_load_state(nullptr, st.data(), st.size()), LILIMS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(lilims_session_load_state_file(s, nullptr), LILIMS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(lilims_session_save_state_file(s, nullptr), LILIMS_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(lilims_session_load_state_file(s, (testing::TempDir() + "no_such.bin").c_str()),
+  EXPECT_EQ(lilims_session_load_state_file(s, (::lilims::test::temp_path("no_such.bin")).c_str()),
             LILIMS_ERR_IO);
   EXPECT_EQ(lilims_session_n_past(s), 3);
 }
@@ -255,7 +255,7 @@ TEST(CApiState, BusySession) {
   const lilims_token ids[] = {1, 400};
   ASSERT_EQ(lilims_session_eval(r.session, ids, 2), LILIMS_OK);
   r.state = save(r.session);
-  r.path = testing::TempDir() + "c_api_state_busy.bin";
+  r.path = ::lilims::test::temp_path("c_api_state_busy.bin");
   ASSERT_EQ(lilims_session_save_state_file(r.session, r.path.c_str()), LILIMS_OK);
   lilims_generate_params gp = lilims_generate_default_params();
   gp.max_tokens = 3;

@@ -138,14 +138,12 @@ struct Fixture {
   SecondMoments moments;
 };
 
-std::string temp(const std::string& name) { return ::testing::TempDir() + "lilims_awq_" + name; }
-
 std::string stories() { return test::shared_data("stories260K/stories260K.gguf"); }
 
 void make_fixture(Fixture* fx) {
   const std::string path = stories();
   auto src = File::open(path);
-  fx->f32_path = temp("f32.gguf");
+  fx->f32_path = test::temp_path("f32.gguf");
   gguf::requantize(*src, Type::F32).write(fx->f32_path);
   auto model = runtime::Model::open(fx->f32_path);
   const std::vector<int32_t> tokens = model->tokenizer().encode(
@@ -209,7 +207,7 @@ TEST(Awq, FoldKeepsTheFloatModel) {
       w.add_tensor(t.name, t.ne, 0, it->second.data(), it->second.size() * sizeof(float));
     }
   }
-  const std::string folded_path = temp("folded.gguf");
+  const std::string folded_path = test::temp_path("folded.gguf");
   w.write(folded_path);
   auto a = runtime::Model::open(fx.f32_path);
   auto b = runtime::Model::open(folded_path);

@@ -15,8 +15,6 @@
 namespace lilims::models {
 namespace {
 
-std::string temp(const std::string& name) { return ::testing::TempDir() + "lilims_imatrix_" + name; }
-
 Imatrix sample() {
   Imatrix m;
   m.n_ctx = 256;
@@ -27,7 +25,7 @@ Imatrix sample() {
 }
 
 TEST(ImatrixFile, RoundTrips) {
-  const std::string path = temp("rt.imatrix");
+  const std::string path = test::temp_path("rt.imatrix");
   const Imatrix m = sample();
   write_imatrix(path, m);
   const Imatrix r = read_imatrix(path);
@@ -55,11 +53,11 @@ void expect_refused(const std::string& path, lilims_status status, const std::st
 }
 
 TEST(ImatrixFile, RefusesBadFiles) {
-  const std::string path = temp("bad.imatrix");
+  const std::string path = test::temp_path("bad.imatrix");
   write_imatrix(path, sample());
   const std::string good = test::read_file(path);
   auto put = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; };
-  expect_refused(temp("missing.imatrix"), LILIMS_ERR_IO, "cannot open");
+  expect_refused(test::temp_path("missing.imatrix"), LILIMS_ERR_IO, "cannot open");
   put("");
   expect_refused(path, LILIMS_ERR_BAD_FORMAT, "not an imatrix file");
   put("GGUF" + good.substr(4));

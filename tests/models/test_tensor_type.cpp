@@ -67,7 +67,7 @@ std::map<std::string, uint32_t> types_after(const std::vector<TensorTypeRule>& r
   RequantizeOptions opt;
   opt.method = quant::QuantMethod::plain;
   opt.tensor_types = rules;
-  const std::string path = ::testing::TempDir() + "lilims_tensor_type.gguf";
+  const std::string path = ::lilims::test::temp_path("tensor_type.gguf");
   requantize(*in, type, opt).write(path);
   auto out = File::open(path);
   std::map<std::string, uint32_t> types;

@@ -23,10 +23,6 @@
 namespace lilims {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "lilims_kld_" + name;
-}
-
 std::vector<float> random_logits(std::mt19937& rng, int32_t n, float spread) {
   std::normal_distribution<float> d(0.0f, spread);
   std::vector<float> x((size_t)n);
@@ -112,7 +108,7 @@ void write_small(const std::string& path) {
 }
 
 TEST(KlBaseFile, RoundTrips) {
-  const std::string path = temp_path("roundtrip.kld");
+  const std::string path = test::temp_path("roundtrip.kld");
   write_small(path);
   runtime::KlBaseReader r(path);
   const runtime::KlBaseHeader h = small_header();
@@ -153,13 +149,13 @@ void expect_refused(const std::string& path, lilims_status status, const std::st
 }
 
 TEST(KlBaseFile, RefusesBadFiles) {
-  const std::string path = temp_path("bad.kld");
+  const std::string path = test::temp_path("bad.kld");
   write_small(path);
   const std::string good = test::read_file(path);
   auto write = [&](const std::string& bytes) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   };
-  expect_refused(temp_path("does_not_exist.kld"), LILIMS_ERR_IO, "cannot open");
+  expect_refused(test::temp_path("does_not_exist.kld"), LILIMS_ERR_IO, "cannot open");
   write("");
   expect_refused(path, LILIMS_ERR_BAD_FORMAT, "not a KL base file");
   std::string b = good;
@@ -205,7 +201,7 @@ TEST(KlBaseFile, RefusesBadFiles) {
 }
 
 TEST(KlBaseFile, RefusesAnotherVocabularyContextOrText) {
-  const std::string path = temp_path("match.kld");
+  const std::string path = test::temp_path("match.kld");
   write_small(path);
   runtime::KlBaseReader r(path);
   std::vector<int32_t> tokens = small_header().tokens;
@@ -287,7 +283,7 @@ std::unique_ptr<runtime::Model> quantized(const std::string& src, quant::Type ty
 TEST(KlDivergence, ModelAgainstItselfIsZeroWithTheSameTopToken) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
   auto model = runtime::Model::open(stories_path());
-  const runtime::KlSummary s = kld_of(*model, *model, 256, 8, temp_path("self.kld"));
+  const runtime::KlSummary s = kld_of(*model, *model, 256, 8, test::temp_path("self.kld"));
   EXPECT_EQ(s.n, 8 * 127);
   // Both runs give bit-identical logits, so only the stored log-probs' error
   // is left: KLD <= step^2 per position (KlEncode test), with step <= 40/65535
@@ -308,9 +304,9 @@ TEST(KlDivergence, Stories260kMatchesLlamaCpp) {
   for (const auto& [name, type] :
        {std::pair<std::string, quant::Type>{"Q8_0", quant::Type::Q8_0}, {"Q4_0", quant::Type::Q4_0}}) {
     const auto& want = golden["results"][name];
-    const std::string qpath = temp_path("stories260K." + name + ".gguf");
+    const std::string qpath = test::temp_path("stories260K." + name + ".gguf");
     auto model = quantized(stories_path(), type, qpath);
-    const runtime::KlSummary s = kld_of(*base, *model, n_ctx, n_chunks, temp_path("s260.kld"));
+    const runtime::KlSummary s = kld_of(*base, *model, n_ctx, n_chunks, test::temp_path("s260.kld"));
     std::remove(qpath.c_str());
     const double kld = want["kld_mean"].get<double>();
     std::printf("%s: KLD lilims %.6f +/- %.6f, llama.cpp %.6f; p99 %.6f vs %.6f; same top "

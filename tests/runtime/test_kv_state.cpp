@@ -122,7 +122,7 @@ TEST_P(KvStateRoundTrip, ContinuesExactlyAsTheOriginal) {
   runtime::Session b(*model, options(128, c.kv));
   b.eval(model->tokenizer().encode("Something else entirely", true, false));  // replaced by the load
   if (c.file) {
-    const std::string file = testing::TempDir() + "kv_state_" + c.name + ".bin";
+    const std::string file = ::lilims::test::temp_path(std::string("kv_state_") + c.name + ".bin");
     a.save_state_file(file);
     EXPECT_EQ(test::read_file(file).size(), a.state_size());
     EXPECT_FALSE(test::file_exists(file + ".partial"));
@@ -445,7 +445,7 @@ TEST(KvState, FingerprintSeesTheWeights) {
   std::memcpy(&w, &bytes[at], 4);
   w = w * 1.01f + 1e-3f;
   std::memcpy(&bytes[at], &w, 4);
-  const std::string path = testing::TempDir() + "kv_state_finetune.gguf";
+  const std::string path = ::lilims::test::temp_path("kv_state_finetune.gguf");
   {
     std::FILE* f = std::fopen(path.c_str(), "wb");
     ASSERT_NE(f, nullptr);
@@ -498,7 +498,7 @@ TEST(KvState, BusySessionRefusesEveryStateCall) {
     }
   };
   std::vector<uint8_t> buf(st.size() * 2);
-  const std::string path = testing::TempDir() + "kv_state_busy.bin";
+  const std::string path = ::lilims::test::temp_path("kv_state_busy.bin");
   runtime::GenerateOptions go;
   go.max_tokens = 2;
   go.sampling.temperature = 0.0f;
@@ -536,7 +536,7 @@ TEST(KvState, FileErrors) {
       return e.status();
     }
   };
-  EXPECT_EQ(status_of([&] { s.load_state_file(testing::TempDir() + "no_such_state.bin"); }),
+  EXPECT_EQ(status_of([&] { s.load_state_file(::lilims::test::temp_path("no_such_state.bin")); }),
             LILIMS_ERR_IO);
   EXPECT_EQ(status_of([&] { s.load_state_file(testing::TempDir()); }), LILIMS_ERR_IO);  // a directory
   EXPECT_EQ(status_of([&] { s.save_state_file(testing::TempDir() + "no_such_dir/state.bin"); }),

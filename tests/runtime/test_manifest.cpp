@@ -25,7 +25,7 @@ std::string stories_path() { return test::shared_data("stories260K/stories260K.g
 #define REQUIRE_STORIES() LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see SOURCES.md")
 
 std::string write_tmp(const std::string& name, const std::string& bytes) {
-  const std::string path = testing::TempDir() + name;
+  const std::string path = ::lilims::test::temp_path(name);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr);
   if (f) {
@@ -225,7 +225,7 @@ TEST(Manifest, ModelOpenChecksIt) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), LILIMS_ERR_BAD_FORMAT) << e.what();
   }
-  opt.manifest_path = testing::TempDir() + "no_such_manifest.json";
+  opt.manifest_path = ::lilims::test::temp_path("no_such_manifest.json");
   try {
     runtime::Model::open(stories_path(), opt);
     ADD_FAILURE() << "opened with a missing manifest";

@@ -55,8 +55,6 @@ constexpr int32_t kCtx = 512;
 constexpr int32_t kChunks = 4;
 constexpr int kThreads = 2;
 
-std::string temp(const std::string& name) { return ::testing::TempDir() + "lilims_gates_" + name; }
-
 runtime::SessionOptions session_options() {
   runtime::SessionOptions so;
   so.n_ctx = kCtx;
@@ -74,8 +72,8 @@ class QualityGates : public ::testing::Test {
     auto q41 = gguf::File::open(test::smollm2_path());
     gguf::RequantizeOptions opt;
     opt.n_threads = kThreads;
-    gguf::requantize(*q41, quant::Type::F16, opt).write(temp("f16.gguf"));
-    f16_ = runtime::Model::open(temp("f16.gguf")).release();
+    gguf::requantize(*q41, quant::Type::F16, opt).write(test::temp_path("f16.gguf"));
+    f16_ = runtime::Model::open(test::temp_path("f16.gguf")).release();
     std::string text = test::read_file(test::source_path("tests/data/ppl_text.txt"));
     if (!text.empty() && text.back() == '\n') text.pop_back();
     tokens_ = new std::vector<int32_t>(f16_->tokenizer().encode(text, true, false));
@@ -86,7 +84,7 @@ class QualityGates : public ::testing::Test {
     h.n_ctx = kCtx;
     h.n_chunks = kChunks;
     h.tokens.assign(tokens_->begin(), tokens_->begin() + kCtx * kChunks);
-    runtime::KlBaseWriter w(temp("f16.kld"), h);
+    runtime::KlBaseWriter w(test::temp_path("f16.kld"), h);
     runtime::Session s(*f16_, session_options());
     ppl_f16_ = runtime::perplexity(s, *tokens_, kCtx, kChunks, {},
                                    [&](const float* row, int32_t next) { w.add(row, next); })
@@ -109,16 +107,16 @@ class QualityGates : public ::testing::Test {
     delete tokens_;
     delete importance_;
     delete moments_;
-    std::remove(temp("f16.gguf").c_str());
-    std::remove(temp("f16.kld").c_str());
+    std::remove(test::temp_path("f16.gguf").c_str());
+    std::remove(test::temp_path("f16.kld").c_str());
   }
 
   // Quantizes the F16 to `type` and compares it with the base.
   static runtime::KlSummary measure(quant::Type type, const std::vector<gguf::TensorTypeRule>& rules,
                                     bool weighted, bool compensated = false) {
-    const std::string path = temp(std::string(quant::traits(type).name) + ".gguf");
+    const std::string path = test::temp_path(std::string(quant::traits(type).name) + ".gguf");
     {
-      auto f16 = gguf::File::open(temp("f16.gguf"));
+      auto f16 = gguf::File::open(test::temp_path("f16.gguf"));
       gguf::RequantizeOptions opt;
       opt.n_threads = kThreads;
       opt.tensor_types = rules;
@@ -127,7 +125,7 @@ class QualityGates : public ::testing::Test {
       gguf::requantize(*f16, type, opt).write(path);
     }
     auto model = runtime::Model::open(path);
-    runtime::KlBaseReader r(temp("f16.kld"));
+    runtime::KlBaseReader r(test::temp_path("f16.kld"));
     r.check_matches(model->hparams().n_vocab, kCtx, *tokens_);
     runtime::KlStats st;
     runtime::Session s(*model, session_options());
