@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -38,9 +39,19 @@ inline std::string smollm2_path() {
 // A path under the test temp directory that no other test process uses:
 // ctest runs every test as a process of its own, two at a time, and two
 // tests writing one fixed name let one truncate a file the other has mapped
-// (SIGBUS). Tests within one process run one after another.
+// (SIGBUS). Tests within one process run one after another. Whatever is left
+// at such a path is removed when the process exits.
 inline std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "lilims_" + std::to_string(getpid()) + "_" + name;
+  struct Created {
+    std::vector<std::string> paths;
+    ~Created() {
+      for (const std::string& p : paths) std::remove(p.c_str());
+    }
+  };
+  static Created created;
+  const std::string path = ::testing::TempDir() + "lilims_" + std::to_string(getpid()) + "_" + name;
+  created.paths.push_back(path);
+  return path;
 }
 
 inline bool file_exists(const std::string& path) { return std::ifstream(path).good(); }
