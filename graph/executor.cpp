@@ -285,10 +285,7 @@ void Executor::run_rows(const RowRun& run, size_t begin, int32_t rows) {
   pool_.parallel_for((rows + per - 1) / per, [&](int64_t task, int) {
     const int32_t t0 = (int32_t)(task * per), t1 = (int32_t)std::min<int64_t>(rows, t0 + per);
     for (size_t i = begin; i < run.end; ++i) row_op(nodes[i], t0, t1);
-    if (!run.quant) return;
-    for (int32_t t = t0; t < t1; ++t) {
-      run.quant->quant->fn(x + t * ldx, act_ + (size_t)t * run.quant->act_stride, cols);
-    }
+    if (run.quant) quantize_rows(*run.quant, x, ldx, t0, t1, cols, act_);
   });
   act_ready_ = run.quant ? (int)run.end : -1;
 }

@@ -62,14 +62,12 @@ void run_matmul(const MatmulStep& step, const PackedWeight& W, const float* X, i
   size_t act_stride = (size_t)ldx * sizeof(float);
   if (step.quant) {
     act_stride = step.act_stride;
-    const kernels::QuantizeRowFn q = step.quant->fn;
     if (!act_ready && n == 1) {
-      q(X, act, W.cols);  // too small to be worth a barrier
+      quantize_rows(step, X, ldx, 0, 1, W.cols, act);  // too small to be worth a barrier
     } else if (!act_ready) {
       const int64_t per = std::max<int64_t>(1, n / (4 * pool.size()));
       pool.parallel_for((n + per - 1) / per, [&](int64_t task, int) {
-        const int64_t j1 = std::min(n, (task + 1) * per);
-        for (int64_t j = task * per; j < j1; ++j) q(X + j * ldx, act + j * act_stride, W.cols);
+        quantize_rows(step, X, ldx, task * per, std::min(n, (task + 1) * per), W.cols, act);
       });
     }
     a = act;

@@ -39,6 +39,13 @@ void run_matmul(const MatmulStep& step, const kernels::PackedWeight& W, const fl
                 int64_t ldx, int64_t n, float* Y, int64_t ldy, ThreadPool& pool, uint8_t* act,
                 bool act_ready = false);
 
+// Rows [j0, j1) of X (row stride ldx, W's cols columns) quantized into
+// act as run_matmul reads them (step.quant must be set).
+inline void quantize_rows(const MatmulStep& step, const float* X, int64_t ldx, int64_t j0,
+                          int64_t j1, int64_t cols, uint8_t* act) {
+  for (int64_t j = j0; j < j1; ++j) step.quant->fn(X + j * ldx, act + (size_t)j * step.act_stride, cols);
+}
+
 struct MatmulScratch {  // reused across calls
   std::vector<uint8_t> act;
 };

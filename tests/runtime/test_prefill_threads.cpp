@@ -6,31 +6,17 @@
 // for bit on any thread count, also when injected delays move tasks between
 // threads.  The prompts span several blocks, a last partial block, and block
 // sizes where the row tasks hold one row and several.
-#include <chrono>
 #include <cstring>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "pool_delays.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 
 using namespace lilims;
 
 namespace {
-
-// Delays at the pool's race points: a yield at a tenth of them, a 1-50 us
-// sleep at one in twenty.
-void chaos(void*, graph::PoolPoint, int thread) {
-  thread_local std::mt19937 rng(std::random_device{}() ^ (unsigned)thread);
-  const unsigned r = rng() % 100;
-  if (r < 10) {
-    std::this_thread::yield();
-  } else if (r < 15) {
-    std::this_thread::sleep_for(std::chrono::microseconds(1 + rng() % 50));
-  }
-}
 
 std::vector<float> prompt_logits(const runtime::Model& model, const std::vector<int32_t>& tokens,
                                  int threads, int32_t n_batch, graph::PoolHook hook = {}) {
@@ -59,7 +45,7 @@ void expect_same_on_every_thread_count(const std::string& path, size_t n_tokens,
     ASSERT_EQ(one.size(), n_tokens * nv);
     for (int th : threads) {
       for (bool delays : {false, true}) {
-        const graph::PoolHook hook = delays ? graph::PoolHook{&chaos, nullptr} : graph::PoolHook{};
+        const graph::PoolHook hook = delays ? graph::PoolHook{&test::pool_delays, nullptr} : graph::PoolHook{};
         const std::vector<float> many = prompt_logits(*model, tokens, th, nb, hook);
         ASSERT_EQ(many.size(), one.size());
         for (size_t p = 0; p < n_tokens; ++p) {

@@ -5,13 +5,11 @@
 // bit for bit over every position of a long prompt fed one token at a time
 // (splits 1 to 8 on stories260K, 1 to 3 on SmolLM2), for thread counts
 // below, at and above the machine's cores.
-#include <chrono>
 #include <cstring>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "pool_delays.h"
 #include "kernels/ops.h"
 #include "runtime/engine.h"
 #include "test_util.h"
@@ -72,21 +70,8 @@ TEST(SplitAttention, Stories260KDecodeLogitsAreTheSameOnEveryThreadCount) {
       path, (size_t)kernels::kAttnMaxSplits * kernels::kAttnSplitKeys + 40, {2, 3, 4, 5, 8});
 }
 
-// Delays at the pool's race points: a thread yields at a tenth of them and
-// sleeps 1-50 us at one in twenty, so tasks land on other threads, late workers find
-// their job gone, and a run of key ranges ends while another thread still
-// writes its neighbours' partial sums.
-void chaos(void* user, graph::PoolPoint, int thread) {
-  thread_local std::mt19937 rng(std::random_device{}() ^ (unsigned)thread);
-  (void)user;
-  const unsigned r = rng() % 100;
-  if (r < 10) {
-    std::this_thread::yield();
-  } else if (r < 15) {
-    std::this_thread::sleep_for(std::chrono::microseconds(1 + rng() % 50));
-  }
-}
-
+// With test::pool_delays, a run of key ranges also ends while another
+// thread still writes its neighbours' partial sums.
 TEST(SplitAttention, Stories260KDecodeLogitsAreTheSameUnderInjectedDelays) {
   const std::string path = test::shared_data("stories260K/stories260K.gguf");
   LILIMS_REQUIRE_FILE(path, "../shared/data, see SOURCES.md");
@@ -99,7 +84,7 @@ TEST(SplitAttention, Stories260KDecodeLogitsAreTheSameUnderInjectedDelays) {
   const size_t nv = (size_t)model->hparams().n_vocab;
   const std::vector<float> one = step_logits(*model, tokens, 1);
   for (int th : {2, 5}) {
-    const std::vector<float> many = step_logits(*model, tokens, th, graph::PoolHook{&chaos, nullptr});
+    const std::vector<float> many = step_logits(*model, tokens, th, graph::PoolHook{&test::pool_delays, nullptr});
     ASSERT_EQ(many.size(), one.size());
     for (size_t p = 0; p < n; ++p) {
       ASSERT_EQ(std::memcmp(many.data() + p * nv, one.data() + p * nv, nv * sizeof(float)), 0)
