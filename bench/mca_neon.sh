@@ -5,13 +5,14 @@
 # the flags of the cross build (-O3, the file's flags from
 # kernels/CMakeLists.txt) plus
 # -DLILIMS_MCA_MARKERS, which puts an asm comment "// LILIMS-MCA-LOOP <tile>
-# rows=R tokens=T" at the top of each block-loop body (kernels/arm/
-# matmul_x4_neon_impl.h).  The region analysed is the innermost loop around
+# rows=R tokens=T kblocks=B" at the top of each block-loop body (kernels/arm/
+# matmul_x4_neon_impl.h): the loop does R rows x T tokens x B block columns
+# of K per iteration.  The region analysed is the innermost loop around
 # the marker as compiled (bench/mca_loops.awk: from the loop's label to its
 # back-edge, so the pointer increments, compare and branch are in), one per
 # template instance (weight type x tile).  Cycles per 32-weight block =
-# cycles per iteration / (R rows x T tokens); the script checks that the
-# loop's int8 multiply-adds are exactly 32 per such block.  llvm-mca's
+# cycles per iteration / (R x T x B); the script checks that the loop's
+# int8 multiply-adds are exactly 32 per such block.  llvm-mca's
 # diagnostics are printed, and any error, a marker outside a loop or a
 # multiply-add count that does not match stops the script.
 # Usage: bench/mca_neon.sh [llvm-mca binary]
@@ -47,14 +48,15 @@ for f in matmul_gemm_x4_neon matmul_gemm_x4_neon_dotprod matmul_gemm_x4_neon_i8m
     found=$((found + 1))
     name=$(c++filt <<< "$fn")
     case "$name" in *q8_0_q8_0*) wt=Q8_0 ;; *q4_0_q8_0*) wt=Q4_0 ;; *q4_1_q8_1*) wt=Q4_1 ;;
-      *"Type)8,"*) wt=Q8_0 ;; *"Type)2,"*) wt=Q4_0 ;; *"Type)3,"*) wt=Q4_1 ;; *) wt=? ;; esac
-    kind=${tag%% *}; t=${tag##*tokens=}; rows=${tag##*rows=}; rows=${rows%% *}
-    blocks=$((rows * t))
+      *"Type)8"[,\>]*) wt=Q8_0 ;; *"Type)2"[,\>]*) wt=Q4_0 ;; *"Type)3"[,\>]*) wt=Q4_1 ;; *) wt=? ;; esac
+    kind=${tag%% *}; rows=${tag##*rows=}; rows=${rows%% *}; t=${tag##*tokens=}; t=${t%% *}
+    kb=${tag##*kblocks=}
+    blocks=$((rows * t * kb))
     if [ "$macs" -ne $((32 * blocks)) ]; then
       echo "$f loop $k ($tag, lines $first-$last): $macs int8 multiply-adds, expected $((32 * blocks))" >&2; exit 1
     fi
     [ "$fwd" -eq 0 ] || echo "note: $f loop $k has $fwd forward branch(es) inside" >&2
-    row="| ${f#matmul_gemm_x4_} | $wt $kind $rows rows x $t tokens | $blocks"
+    row="| ${f#matmul_gemm_x4_} | $wt $kind $rows rows x $t tokens$([ "$kb" -eq 1 ] || echo " x $kb blocks of K") | $blocks"
     for cpu in apple-a14 cortex-a76; do
       cyc=$(mca_cycles "$tmp/$f.$k.s" $cpu)
       [ -n "$cyc" ] || { echo "no cycle count for $f loop $k on $cpu" >&2; exit 1; }

@@ -31,7 +31,7 @@ struct LaneTile {
       for (int r = 0; r < 4; ++r) acc[q][r] = vdupq_n_f32(0.0f);
     }
     for (int64_t b = 0; b < nbc; ++b, ++g, a += TQ) {
-      LILIMS_MCA_LOOP("lane_tile", 4, 4 * TQ);
+      LILIMS_MCA_LOOP("lane_tile", 4, 4 * TQ, 1);
       int8x16_t w01[4], w23[4];
       Operands<WT>::load(g, w01, w23);
       const float32x4_t dw = neon_x4::f16x4(g->d);

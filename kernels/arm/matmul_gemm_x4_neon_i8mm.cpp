@@ -30,7 +30,7 @@ struct PairTile {
     float32x4_t acc01[P], acc23[P];
     for (int p = 0; p < P; ++p) acc01[p] = acc23[p] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nbc; ++b, ++g, a += TQ) {
-      LILIMS_MCA_LOOP("mm_tile", 4, 4 * TQ);
+      LILIMS_MCA_LOOP("mm_tile", 4, 4 * TQ, 1);
       int8x16_t w01[4], w23[4];
       Operands<WT>::load(g, w01, w23);
       const float32x4_t dw = neon_x4::f16x4(g->d);

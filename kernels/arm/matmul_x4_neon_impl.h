@@ -23,14 +23,16 @@
 #include "quant/repack.h"
 
 // llvm-mca marker (bench/mca_neon.sh): an empty asm comment at the top of a
-// block-loop body that names the tile and its rows x tokens; the script
-// analyses the innermost loop around it as compiled.  It costs nothing and
+// block-loop body that names the tile and what one iteration does: rows x
+// tokens x kblocks block columns of K; the script analyses the innermost
+// loop around it as compiled.  It costs nothing and
 // survives into -S output.
 #if defined(LILIMS_MCA_MARKERS)
-#define LILIMS_MCA_LOOP(name, rows, tokens) \
-  __asm__ volatile("// LILIMS-MCA-LOOP " name " rows=%0 tokens=%1" ::"i"(rows), "i"(tokens))
+#define LILIMS_MCA_LOOP(name, rows, tokens, kblocks)                                        \
+  __asm__ volatile("// LILIMS-MCA-LOOP " name " rows=%0 tokens=%1 kblocks=%2" ::"i"(rows), \
+                   "i"(tokens), "i"(kblocks))
 #else
-#define LILIMS_MCA_LOOP(name, rows, tokens) ((void)0)
+#define LILIMS_MCA_LOOP(name, rows, tokens, kblocks) ((void)0)
 #endif
 
 namespace lilims::kernels::neon_x4 {
@@ -198,49 +200,142 @@ struct DotNeon {
 
 #if defined(__ARM_FEATURE_DOTPROD)
 // The 1-token (decode) tile of the +dotprod / +i8mm kernels: G (1 to 3)
-// groups of 4 rows x 1 token.  Each 8-byte activation chunk is loaded into
-// both halves of a register (LD1R), so SDOT against w01[c] = (r0 8 bytes,
-// r1 8 bytes) gives (r0 k0-3, r0 k4-7, r1 k0-3, r1 k4-7) partial sums; ADDP
-// folds them.  The groups share the activation registers and scale.
+// groups of 4 rows x 1 token.  Each 8-byte activation chunk is copied into
+// both halves of a register, so SDOT against w01[c] = (r0 8 bytes, r1 8
+// bytes) gives (r0 k0-3, r0 k4-7, r1 k0-3, r1 k4-7) partial sums; ADDP folds
+// them.  The groups share the activation registers and scale.
 template <Type WT>
 struct Tile1Sdot {
   using P = X4<WT>;
+  using Blk = typename P::Blk;
+
+  // ac[c] = activation chunk c (elements 8c..8c+7) in both halves.  Two
+  // 16-byte loads and a DUP per chunk: the empty asm keeps GCC from turning
+  // them into four 8-byte loads, each still followed by its DUP.
+  static inline void load_act(const uint8_t* a, int8x16_t ac[4]) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(a + P::kActQ);
+    int64x2_t q01 = vreinterpretq_s64_s8(vld1q_s8(q)), q23 = vreinterpretq_s64_s8(vld1q_s8(q + 16));
+    __asm__("" : "+w"(q01), "+w"(q23));
+    ac[0] = vreinterpretq_s8_s64(vdupq_laneq_s64(q01, 0));
+    ac[1] = vreinterpretq_s8_s64(vdupq_laneq_s64(q01, 1));
+    ac[2] = vreinterpretq_s8_s64(vdupq_laneq_s64(q23, 0));
+    ac[3] = vreinterpretq_s8_s64(vdupq_laneq_s64(q23, 1));
+  }
+
+  // acc += float(isum) * dw * da: block w's integer sums for rows 0..3
+  // scaled; Q4_1's min term (mw * activation block a's s) goes to accm.
+  static inline void scale(const Blk* w, const uint8_t* a, int32x4_t isum, float da,
+                           float32x4_t& acc, float32x4_t& accm) {
+    const float32x4_t sum = to_f32<Operands<WT>::kShift>(isum);
+    // FMLA by element: the by-vector form is the slower one on Apple cores.
+    acc = vfmaq_n_f32(acc, vmulq_f32(sum, f16x4(w->d)), da);
+    if constexpr (P::kHasMin) accm = vfmaq_n_f32(accm, f16x4(w->m), f16_to_f32(a + 2));
+  }
+
+  // acc += rows 0..3 of block w times activation block a (chunks ac, scale
+  // da), sums cleared per block.
+  static inline void block(const Blk* w, const uint8_t* a, const int8x16_t ac[4], float da,
+                           float32x4_t& acc, float32x4_t& accm) {
+    int8x16_t w01[4], w23[4];
+    Operands<WT>::load(w, w01, w23);
+    int32x4_t s01 = vdupq_n_s32(0), s23 = vdupq_n_s32(0);
+    for (int c = 0; c < 4; ++c) s01 = vdotq_s32(s01, w01[c], ac[c]);
+    for (int c = 0; c < 4; ++c) s23 = vdotq_s32(s23, w23[c], ac[c]);
+    scale(w, a, vpaddq_s32(s01, s23), da, acc, accm);
+  }
+
+  static inline void store(float32x4_t acc, float* y, int rows) {
+    float v[4];
+    vst1q_f32(v, acc);
+    for (int r = 0; r < rows; ++r) y[r] = v[r];
+  }
+
   // g[i] = group i's blocks; rows[i] = its rows to write (row0 + 4 i ...).
   template <int G>
-  static void run(const typename P::Blk* const g0[G], int64_t nb, const uint8_t* a, float* y,
-                  int64_t row0, const int rows[G]) {
-    const typename P::Blk* g[G];
-    float32x4_t acc[G];
-    for (int i = 0; i < G; ++i) g[i] = g0[i], acc[i] = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < nb; ++b, a += P::kActBlock) {
-      LILIMS_MCA_LOOP("tile", 4 * G, 1);
-      const int8_t* q = reinterpret_cast<const int8_t*>(a + P::kActQ);
-      int8x16_t ac[4];
-      for (int c = 0; c < 4; ++c) {  // activation rows are only 2-byte aligned
-        int64_t v;
-        std::memcpy(&v, q + 8 * c, 8);
-        ac[c] = vreinterpretq_s8_s64(vdupq_n_s64(v));
+  static void run(const Blk* const g0[G], int64_t nb, const uint8_t* a, float* y, int64_t row0,
+                  const int rows[G]) {
+    if constexpr (G == 1) {
+      run_one(g0[0], nb, a, y + row0, rows[0]);
+    } else {
+      const Blk* g[G];
+      float32x4_t acc[G], accm[G];
+      for (int i = 0; i < G; ++i) g[i] = g0[i], acc[i] = accm[i] = vdupq_n_f32(0.0f);
+      for (int64_t b = 0; b < nb; ++b, a += P::kActBlock) {
+        LILIMS_MCA_LOOP("tile", 4 * G, 1, 1);
+        int8x16_t ac[4];
+        load_act(a, ac);
+        const float da = f16_to_f32(a);
+        for (int i = 0; i < G; ++i) block(g[i] + b, a, ac, da, acc[i], accm[i]);
       }
-      const float da = f16_to_f32(a);
       for (int i = 0; i < G; ++i) {
-        int8x16_t w01[4], w23[4];
-        Operands<WT>::load(g[i] + b, w01, w23);
-        int32x4_t s01 = vdupq_n_s32(0), s23 = vdupq_n_s32(0);
-        for (int c = 0; c < 4; ++c) {
-          s01 = vdotq_s32(s01, w01[c], ac[c]);
-          s23 = vdotq_s32(s23, w23[c], ac[c]);
-        }
-        const float32x4_t sum = to_f32<Operands<WT>::kShift>(vpaddq_s32(s01, s23));
-        // FMLA by element: the by-vector form is the slower one on Apple cores.
-        acc[i] = vfmaq_n_f32(acc[i], vmulq_f32(sum, f16x4(g[i][b].d)), da);
-        if constexpr (P::kHasMin) acc[i] = vfmaq_n_f32(acc[i], f16x4(g[i][b].m), f16_to_f32(a + 2));
+        store(P::kHasMin ? vaddq_f32(acc[i], accm[i]) : acc[i], y + row0 + 4 * i, rows[i]);
       }
     }
-    for (int i = 0; i < G; ++i) {
-      float v[4];
-      vst1q_f32(v, acc[i]);
-      for (int r = 0; r < rows[i]; ++r) y[row0 + 4 * i + r] = v[r];
+  }
+
+  // One group alone (a row range of <= 4 rows): two block columns per
+  // iteration, so the loop control is spread over two blocks, each column
+  // into its own fp32 accumulators; an odd last block after.  The int32
+  // SDOT sums are not cleared per block: s01 and s23 run on over the whole
+  // row (modulo 2^32: SDOT and SUB wrap), and a block's sum is the
+  // difference of two consecutive totals ADDP(s01, s23), one SUB instead
+  // of two register clears.  That is exact: the difference is the block's
+  // sum modulo 2^32, and |block sum| <= 32 * 128 * 128 < 2^31.  The SDOTs,
+  // ADDP and SUB are one asm statement so that the register allocator sees
+  // them tied as written; from intrinsics GCC 12 adds register-to-register
+  // moves to this loop (one or more per block, on the vector pipes that
+  // bound it).
+  // Returns the new total; *isum = total - prev.
+  static inline int32x4_t running_dot(int32x4_t& s01, int32x4_t& s23, const int8x16_t w01[4],
+                                      const int8x16_t w23[4], const int8x16_t ac[4],
+                                      int32x4_t prev, int32x4_t* isum) {
+    int32x4_t total, d;
+    __asm__(
+        "sdot %[s01].4s, %[w0].16b, %[a0].16b\n\t"
+        "sdot %[s23].4s, %[v0].16b, %[a0].16b\n\t"
+        "sdot %[s01].4s, %[w1].16b, %[a1].16b\n\t"
+        "sdot %[s23].4s, %[v1].16b, %[a1].16b\n\t"
+        "sdot %[s01].4s, %[w2].16b, %[a2].16b\n\t"
+        "sdot %[s23].4s, %[v2].16b, %[a2].16b\n\t"
+        "sdot %[s01].4s, %[w3].16b, %[a3].16b\n\t"
+        "sdot %[s23].4s, %[v3].16b, %[a3].16b\n\t"
+        "addp %[t].4s, %[s01].4s, %[s23].4s\n\t"
+        "sub %[d].4s, %[t].4s, %[p].4s"
+        : [s01] "+w"(s01), [s23] "+w"(s23), [t] "=&w"(total), [d] "=&w"(d)
+        : [w0] "w"(w01[0]), [w1] "w"(w01[1]), [w2] "w"(w01[2]), [w3] "w"(w01[3]),
+          [v0] "w"(w23[0]), [v1] "w"(w23[1]), [v2] "w"(w23[2]), [v3] "w"(w23[3]),
+          [a0] "w"(ac[0]), [a1] "w"(ac[1]), [a2] "w"(ac[2]), [a3] "w"(ac[3]), [p] "w"(prev));
+    *isum = d;
+    return total;
+  }
+
+  // One block of run_one: acc += block w times activation block a; returns
+  // the new running total.
+  static inline int32x4_t running_block(const Blk* w, const uint8_t* a, int32x4_t& s01,
+                                        int32x4_t& s23, int32x4_t prev, float32x4_t& acc,
+                                        float32x4_t& accm) {
+    int8x16_t ac[4], w01[4], w23[4];
+    load_act(a, ac);
+    Operands<WT>::load(w, w01, w23);
+    int32x4_t isum;
+    const int32x4_t total = running_dot(s01, s23, w01, w23, ac, prev, &isum);
+    scale(w, a, isum, f16_to_f32(a), acc, accm);
+    return total;
+  }
+
+  static void run_one(const Blk* g, int64_t nb, const uint8_t* a, float* y, int rows) {
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = acc0, accm0 = acc0, accm1 = acc0;
+    int32x4_t s01 = vdupq_n_s32(0), s23 = s01, prev = s01;
+    const Blk* const end = g + (nb & ~int64_t{1});
+    for (; g != end; g += 2, a += 2 * P::kActBlock) {
+      LILIMS_MCA_LOOP("tile", 4, 1, 2);
+      const int32x4_t t0 = running_block(g, a, s01, s23, prev, acc0, accm0);
+      prev = running_block(g + 1, a + P::kActBlock, s01, s23, t0, acc1, accm1);
     }
+    if (nb & 1) running_block(g, a, s01, s23, prev, acc0, accm0);
+    float32x4_t acc = vaddq_f32(acc0, acc1);
+    if constexpr (P::kHasMin) acc = vaddq_f32(acc, vaddq_f32(accm0, accm1));
+    store(acc, y, rows);
   }
 };
 #endif
@@ -261,7 +356,7 @@ inline void tile(const typename X4<WT>::Blk* g, int64_t nb, const uint8_t* x, si
   float32x4_t acc[T];
   for (int t = 0; t < T; ++t) acc[t] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    LILIMS_MCA_LOOP("tile", 4, T);
+    LILIMS_MCA_LOOP("tile", 4, T, 1);
     const uint8_t* ab = x + b * P::kActBlock;
     int8x16_t w01[4], w23[4];
     P::unpack(g + b, w01, w23);
