@@ -43,7 +43,11 @@ const Shape kShapes[] = {
     {11, 2080, 27}, {12, 1056, 16},
     // 16-row groups (kLayoutX16) and the 8-token tiles of its kernels: a
     // partial third group, whole groups, tails of 1 and 7 tokens.
-    {33, 544, 15}, {48, 1024, 9}, {16, 96, 8}};
+    {33, 544, 15}, {48, 1024, 9}, {16, 96, 8},
+    // One token on a row range of one 4-row group (the NEON 1-token tile
+    // takes it alone, two block columns per iteration): even and odd block
+    // counts, long rows.
+    {3, 96, 1}, {4, 64, 1}, {2, 1056, 1}, {4, 8224, 1}};
 
 uint64_t case_seed(const Shape& s, int salt) {
   return test::base_seed() ^ (uint64_t)(s.rows * 1000003 + s.K * 1009 + s.n * 31 + salt);
@@ -183,6 +187,60 @@ TEST_P(matmul_kernel, MatchesRefWithinBound) {
   for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
     check(kShapes[i], false, 2);
     if (HasFatalFailure()) return;
+  }
+}
+
+// A long row of the most extreme blocks, every scale 1: each row's block sum
+// is the same (Q8_0 weights -128, Q4_0 -8, Q4_1 15; activations 127) and
+// the row has enough blocks that a running int32 sum over the row passes
+// 2^31 (the NEON 1-token tile keeps one, taking each block's sum as a
+// difference of totals; at Q4_0 as 16 (q - 8)).  Q8_0 and Q4_0 sums are
+// 127 * 2^12 and 127 * 2^8: every fp32 partial sum of them is exact, so the
+// results must equal the reference.  Q4_1's 15 * 127 * 32 = 60960 is
+// smaller: it needs 35231 blocks, beyond exact fp32 sums, so it is checked
+// against the reference within the bound of `check`, far below the 2^32
+// a wrong wrap would add.
+TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
+  const MatmulKernel& k = kern();
+  const Type wt = k.wtype, at = kernels::act_type(wt);
+  if (!quantized()) GTEST_SKIP() << "float weights: no integer sums";
+  const int64_t rows = 3, nb = wt == Type::Q4_1 ? 35231 : 4131, K = 32 * nb;
+  const size_t wbb = test::block_bytes(wt), abb = test::block_bytes(at);
+  std::vector<uint8_t> wg(rows * nb * wbb), ag(nb * abb);
+  const uint16_t one = 0x3c00, zero = 0;  // fp16 1.0, 0.0
+  for (int64_t b = 0; b < rows * nb; ++b) {
+    uint8_t* p = &wg[b * wbb];
+    std::memcpy(p, &one, 2);
+    if (wt == Type::Q8_0) std::memset(p + 2, 0x80, 32);  // -128
+    if (wt == Type::Q4_0) std::memset(p + 2, 0x00, 16);  // nibble 0: -8
+    if (wt == Type::Q4_1) {
+      std::memcpy(p + 2, &zero, 2);   // m = 0
+      std::memset(p + 4, 0xff, 16);  // nibbles 15
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* p = &ag[b * abb];
+    std::memcpy(p, &one, 2);
+    if (at == Type::Q8_1) std::memcpy(p + 2, &zero, 2);
+    std::memset(p + (at == Type::Q8_1 ? 4 : 2), 127, 32);
+  }
+  TestWeight tw = make_weight(wt, wg, rows, K, k.layout, 0);
+  TestWeight tr = make_weight(wt, wg, rows, K, kernels::kLayoutGguf, 0);
+  const size_t st = kernels::act_row_bytes(wt, K);
+  std::vector<float> yk(rows, -1.0f), yr(rows, -1.0f);
+  k.fn(tw.w, 0, rows, ag.data(), st, 1, yk.data(), rows);
+  ref_for(wt).fn(tr.w, 0, rows, ag.data(), st, 1, yr.data(), rows);
+  // One block's sum (every scale 1).
+  const double block = (wt == Type::Q8_0 ? -128.0 : wt == Type::Q4_0 ? -8.0 : 15.0) * 127 * 32;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (wt == Type::Q4_1) {
+      // As in `check`: 2 (m + 3) u sum|t_i|, m = 2 nb terms, sum|t_i| = nb * |block|.
+      const double bound = 2 * (2.0 * nb + 3) * test::kU * nb * std::fabs(block);
+      EXPECT_LE(std::fabs((double)yk[r] - yr[r]), bound) << k.name << " row " << r;
+    } else {
+      EXPECT_EQ(yk[r], yr[r]) << k.name << " row " << r;
+      EXPECT_EQ((double)yr[r], nb * block) << "reference, row " << r;
+    }
   }
 }
 
