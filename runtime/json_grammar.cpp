@@ -2,8 +2,19 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+
+#include "base/error.h"
 
 namespace lilims::runtime {
+
+void Grammar::too_many_nodes() {
+  throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+              "[json-schema] #: the schema needs a grammar of more than " + std::to_string(kMaxNodes) +
+                  " states; counted repeats multiply when nested (minItems / maxItems around "
+                  "minLength / maxLength, {n,m} inside {n,m} in a pattern): loosen or drop some of "
+                  "those bounds");
+}
 
 std::vector<int32_t> Grammar::distances_to_end(const bool* usable,
                                                std::vector<int32_t>* rule_min_out) const {

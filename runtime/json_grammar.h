@@ -53,11 +53,21 @@ struct Grammar {
   std::vector<CharRun> char_runs;
 
   static constexpr int32_t kInfinite = 1 << 29;
+  // The most states a grammar may have.  Counted repeats nest by
+  // multiplying (an array of up to 100 strings of up to 512 characters, a
+  // pattern group {100} inside a group {100}), so a schema of a few hundred
+  // bytes could otherwise ask for gigabytes.  At ~160 bytes a state while
+  // compiling, this is ~85 MB at most; the schemas of the examples and tests
+  // take at most a few tens of thousands.
+  static constexpr size_t kMaxNodes = size_t(1) << 19;
 
+  // Throws LILIMS_ERR_INVALID_ARGUMENT past kMaxNodes.
   int32_t add_node() {
+    if (nodes.size() >= kMaxNodes) too_many_nodes();
     nodes.emplace_back();
     return (int32_t)nodes.size() - 1;
   }
+  [[noreturn]] static void too_many_nodes();
   int32_t add_rule() {  // returns the rule id; its start node is new
     rule_start.push_back(add_node());
     return (int32_t)rule_start.size() - 1;

@@ -211,6 +211,28 @@ TEST(JsonSchema, DeepNestingIsAnErrorNotACrash) {
             std::string::npos);
 }
 
+// Counted repeats multiply when nested: each of these is a few dozen bytes
+// and asked for gigabytes before the grammar had a size limit (found by
+// tests/fuzz/fuzz_schema.cpp).  Each must be refused with the limit named;
+// one level less still compiles, under the limit.
+TEST(JsonSchema, GrammarSizeIsBounded) {
+  const std::string str = R"({"type":"string","maxLength":512})";
+  auto array_of = [](const std::string& item, int n) {
+    return R"({"type":"array","items":)" + item + R"(,"maxItems":)" + std::to_string(n) + "}";
+  };
+  const std::string big = array_of(array_of(array_of(array_of(str, 100), 100), 100), 100);
+  const std::string grouped = R"({"type":"string","pattern":"(((a{100}){100}){100}){100}"})";
+  for (const std::string& schema : {big, grouped}) {
+    const std::string msg = error_of(schema);
+    EXPECT_NE(msg.find("more than " + std::to_string(runtime::Grammar::kMaxNodes) + " states"),
+              std::string::npos)
+        << schema << " -> " << msg;
+  }
+  const runtime::Grammar g = runtime::compile_json_schema(array_of(str, 30));
+  EXPECT_LT(g.nodes.size(), runtime::Grammar::kMaxNodes);
+  EXPECT_GT(g.nodes.size(), 10000u);
+}
+
 TEST(JsonSchema, CanonicalTextKeepsOrderDropsWhitespace) {
   EXPECT_EQ(canonical_json_schema("{ \"b\" : 1,\n \"a\": [ 2 ] }"), R"({"b":1,"a":[2]})");
 }
