@@ -1,6 +1,6 @@
 #!/bin/sh
 # Fuzzes lilims with libFuzzer + ASan/UBSan.
-#   scripts/fuzz.sh TARGET SECONDS   one target (gguf, tokenizer, safetensors) for SECONDS
+#   scripts/fuzz.sh TARGET SECONDS   one target (gguf, tokenizer, safetensors, schema) for SECONDS
 #   scripts/fuzz.sh all SECONDS      every target, one after the other, SECONDS each
 #                                    (the long run: scripts/fuzz.sh all 3600)
 #   scripts/fuzz.sh --ci             every target for 20 s over the committed corpus
@@ -15,17 +15,17 @@
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${LILIMS_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
-TARGETS="gguf tokenizer safetensors"
+TARGETS="gguf tokenizer safetensors schema"
 
 usage() {
-  echo "usage: scripts/fuzz.sh (gguf|tokenizer|safetensors|all) SECONDS | --ci" >&2
+  echo "usage: scripts/fuzz.sh (gguf|tokenizer|safetensors|schema|all) SECONDS | --ci" >&2
   exit 2
 }
 
 CI=0
 case "${1:-}" in
   --ci) CI=1; WHAT=all; SECS=20 ;;
-  gguf|tokenizer|safetensors|all) WHAT=$1; SECS=${2:-}; [ -n "$SECS" ] || usage ;;
+  gguf|tokenizer|safetensors|schema|all) WHAT=$1; SECS=${2:-}; [ -n "$SECS" ] || usage ;;
   *) usage ;;
 esac
 case "$SECS" in *[!0-9]*|'') usage ;; esac
@@ -59,6 +59,7 @@ for t in $RUN; do
     gguf) opts="-max_len=65536 -rss_limit_mb=2048" ;;
     tokenizer) opts="-max_len=512" ;;
     safetensors) opts="-max_len=4096" ;;
+    schema) opts="-max_len=4096" ;;
   esac
   if [ "$CI" = 1 ]; then
     # A scratch corpus: the committed seeds are read, never written.
