@@ -53,13 +53,13 @@ struct Grammar {
   std::vector<CharRun> char_runs;
 
   static constexpr int32_t kInfinite = 1 << 29;
-  // The most states a grammar may have.  Counted repeats nest by
-  // multiplying (an array of up to 100 strings of up to 512 characters, a
-  // pattern group {100} inside a group {100}), so a schema of a few hundred
-  // bytes could otherwise ask for gigabytes.  At ~160 bytes a state while
-  // compiling, this is ~85 MB at most; the schemas of the examples and tests
-  // take at most a few tens of thousands.
-  static constexpr size_t kMaxNodes = size_t(1) << 19;
+  // The most states a grammar may have.  Counted repeats multiply when
+  // nested (a pattern group {100} inside a group {100} inside ...), so a
+  // schema of a few dozen bytes could otherwise ask for gigabytes.  At ~160
+  // bytes a state while compiling, this is ~670 MB at most; an array of up
+  // to 100 strings of up to 512 characters takes 1.33 M states, the schemas
+  // of the examples a few thousand.
+  static constexpr size_t kMaxNodes = size_t(1) << 22;
 
   // Throws LILIMS_ERR_INVALID_ARGUMENT past kMaxNodes.
   int32_t add_node() {

@@ -15,7 +15,6 @@ using Json = nlohmann::ordered_json;
 constexpr int64_t kMaxMagnitude = 999999999999999;  // 15 digits: exact in a double
 constexpr int kMaxStringChars = 512;
 constexpr int kMaxArrayUnroll = 1024;
-constexpr size_t kMaxNodes = 1 << 22;
 constexpr int kMaxSchemaDepth = 128;
 
 const char* const kNumberPattern =
@@ -164,7 +163,6 @@ class Compiler {
   // A value for schema s; containers become calls to a rule of their own
   // unless `inline_containers` (the body of that rule).
   int32_t value(int32_t from, const Json& s, const std::string& where, bool inline_containers) {
-    if (g_.nodes.size() > kMaxNodes) fail(where, "the schema makes too large a grammar");
     // Compilation recurses with the schema's nesting: bound it, not the stack.
     struct Depth {
       int& d;

@@ -59,7 +59,7 @@ for t in $RUN; do
     gguf) opts="-max_len=65536 -rss_limit_mb=2048" ;;
     tokenizer) opts="-max_len=512" ;;
     safetensors) opts="-max_len=4096" ;;
-    schema) opts="-max_len=4096" ;;
+    schema) opts="-max_len=4096 -rss_limit_mb=4096" ;;
   esac
   if [ "$CI" = 1 ]; then
     # A scratch corpus: the committed seeds are read, never written.

@@ -413,7 +413,7 @@ typedef struct lilims_generate_params {
    * it, with the guarantees of json_object.  NULL = none.  The keywords
    * lilims supports are listed in the README; any other is refused with
    * LILIMS_ERR_INVALID_ARGUMENT naming it, and so is a schema whose grammar
-   * would exceed 2^19 states (nested counted repeats multiply: maxItems
+   * would exceed 2^22 states (nested counted repeats multiply: maxItems
    * around maxLength, {n} inside {n} in a pattern). */
   const char *json_schema;
   /* n_tools > 0: the output is {"name": <one of the names>, "arguments":
