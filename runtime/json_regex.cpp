@@ -131,8 +131,11 @@ class ReParser {
     return s;
   }
 
+  // An atom and at most one quantifier (and its lazy '?').  A second one is
+  // an error, as in ECMA-262: compiled, each of a++++... would copy the one
+  // before, doubling the grammar per character.
   Re quantified(Re atom) {
-    while (more()) {
+    for (bool done = false; more(); done = true) {
       int lo, hi;
       const char c = peek();
       if (c == '*') { lo = 0; hi = -1; ++i_; }
@@ -140,6 +143,7 @@ class ReParser {
       else if (c == '?') { lo = 0; hi = 1; ++i_; }
       else if (c == '{') { if (!counts(&lo, &hi)) return atom; }
       else return atom;
+      if (done) fail(std::string("a quantifier may not follow another (nothing to repeat before '") + c + "')");
       if (more() && peek() == '?') ++i_;  // lazy: the same language
       if ((hi >= 0 && hi > kMaxRepeat) || lo > kMaxRepeat) {
         fail("repetition counts above " + std::to_string(kMaxRepeat) + " are unsupported");
