@@ -5,20 +5,21 @@
 // another exception type, a crash or a hang is a bug.  When it compiles, a
 // text is walked through the grammar byte by byte: while choice bytes last,
 // each picks one of the bytes the grammar allows next (or ends the text
-// where it may end), then the shortest way to the end.  The grammar must
-// always leave a way to the end, and the text must be JSON that the
-// independent validator of tests/runtime/schema_validator.h accepts for the
-// schema, properties in the schema's order.  The text is also read as a tool
-// list (runtime/tools.h): when it is one, its answer schema goes through the
-// same checks.  A schema nlohmann::json does not
-// parse, or a pattern std::regex does not take or would mishandle (any
-// string of the schema with more than 9 digits in a row or more than three
-// of * + {), skips that last check.
+// where it may end), then the shortest way to the end (not walked when it
+// is over 16 KiB).  The grammar must always leave a way to the end, and the
+// text must be JSON that the independent validator of
+// tests/runtime/schema_validator.h accepts for the schema, properties in the
+// schema's order.  The text is also read as a tool list (runtime/tools.h):
+// when it is one, its answer schema goes through the same checks.  A schema
+// nlohmann::json does not parse, or a pattern std::regex does not take or
+// would mishandle (any string of the schema with more than 9 digits in a row
+// or more than three of * + {), skips that last check.
 //
 // Run: scripts/fuzz.sh schema SECONDS
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,16 +40,26 @@ using lilims::runtime::GrammarMatcher;
   std::abort();
 }
 
-// The walk's text, or a violation when the grammar leaves no way to the end.
-std::string walk(const Grammar& g, std::string_view schema, const uint8_t* choice, size_t n_choice) {
+// Bytes of the longest text walked to its end.
+constexpr int64_t kLongestWalk = 1 << 14;
+
+// The walk's text, or a violation when the grammar leaves no way to the end;
+// nothing when the shortest text is longer than kLongestWalk.
+std::optional<std::string> walk(const Grammar& g, std::string_view schema, const uint8_t* choice,
+                                size_t n_choice) {
   GrammarMatcher m(g);
   const std::vector<int32_t> dist = g.distances_to_end(nullptr, nullptr);
   GrammarMatcher::State s = m.start(), next;
   std::string text;
   size_t c = 0;
+  const int64_t shortest = m.min_completion(s, dist);
+  if (shortest >= Grammar::kInfinite) violated("no way to the end from the start", schema, text);
+  // A schema whose shortest text is longer than any context (a pattern
+  // group {100} inside {100} inside {100}) is valid, but too long to walk.
+  if (shortest > kLongestWalk) return std::nullopt;
   // Each step after the choices shortens the way to the end by one byte; the
   // bound only stops a walk whose distances do not.
-  for (int step = 0; step < 1 << 16; ++step) {
+  for (int64_t step = 0; step <= (int64_t)n_choice + kLongestWalk; ++step) {
     if (m.min_completion(s, dist) >= Grammar::kInfinite) violated("no way to the end from here", schema, text);
     struct Option {
       uint8_t byte;
@@ -61,6 +72,7 @@ std::string walk(const Grammar& g, std::string_view schema, const uint8_t* choic
       const int64_t l = m.min_completion(next, dist);
       if (l < Grammar::kInfinite) options.push_back({(uint8_t)b, l});
     }
+    if (options.empty() && !s.ended) violated("not ended and no byte may follow", schema, text);
     if (c < n_choice) {
       const size_t k = choice[c++] % (options.size() + (s.ended ? 1 : 0));
       if (k == options.size()) return text;  // end here
@@ -70,7 +82,7 @@ std::string walk(const Grammar& g, std::string_view schema, const uint8_t* choic
       continue;
     }
     if (s.ended) return text;
-    if (options.empty()) violated("not ended and no byte may follow", schema, text);
+    if (c == n_choice && m.min_completion(s, dist) > kLongestWalk) return std::nullopt;
     const Option* best = &options[0];
     for (const Option& o : options) {
       if (o.left < best->left) best = &o;
@@ -139,7 +151,7 @@ void compile_and_walk(std::string_view schema, const uint8_t* choice, size_t n_c
     if (e.status() != LILIMS_ERR_INVALID_ARGUMENT) violated(std::string("error ") + e.what(), schema, "");
     return;
   }
-  check_text(schema, walk(g, schema, choice, n_choice));
+  if (const std::optional<std::string> text = walk(g, schema, choice, n_choice)) check_text(schema, *text);
 }
 
 }  // namespace
