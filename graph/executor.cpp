@@ -101,6 +101,74 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   }
 }
 
+void Executor::set_lora(const std::vector<std::vector<LoraTerm>>& terms) {
+  const auto& targets = graph_.lora_targets();
+  if (terms.size() > targets.size()) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] adapter terms for " + std::to_string(terms.size()) +
+                                                 " weights, but the graph adapts " +
+                                                 std::to_string(targets.size()));
+  }
+  const bool fast = plan_.opt.mode == ExecMode::fast;
+  const kernels::Isa isa = fast ? kernels::active_isa() : kernels::Isa::ref;
+  std::vector<std::vector<LoraRun>> runs(terms.size());
+  size_t t_floats = 0, act_bytes = 0;
+  for (size_t slot = 0; slot < terms.size(); ++slot) {
+    const LoraTarget& tg = targets[slot];
+    for (const LoraTerm& term : terms[slot]) {
+      if (!term.a || !term.bt || term.rank <= 0 || term.a->rows != term.rank || term.a->cols != tg.n_in) {
+        throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] an adapter term for " + tg.name +
+                                                     " does not match its shape");
+      }
+      LoraRun r{term, matmul_step(isa, plan_.opt.mode == ExecMode::oracle_f32, *term.a,
+                                  plan_.opt.n_batch, plan_.opt.n_threads)};
+      t_floats = std::max(t_floats, (size_t)plan_.opt.n_batch * (size_t)term.rank);
+      act_bytes = std::max(act_bytes, r.step.act_stride * (size_t)plan_.opt.n_batch);
+      runs[slot].push_back(r);
+    }
+  }
+  try {
+    std::vector<float> t(t_floats);
+    std::vector<uint8_t> act(act_bytes);
+    lora_t_.swap(t);
+    lora_act_.swap(act);
+  } catch (const std::bad_alloc&) {
+    throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[executor] no memory for the adapters' scratch");
+  }
+  lora_.swap(runs);
+}
+
+// For each term: t = A a (the matmul kernels, over the pool), then out +=
+// scale * t B^T, column ranges over the pool: B's F16 rows converted once
+// per range and added to every row of the block.
+void Executor::lora(const Node& n, int32_t rows) {
+  if ((size_t)n.lora_slot >= lora_.size() || rows <= 0) return;
+  float* out = ptr(n.out);
+  const int64_t ldo = ld(n.out), lda = ld(n.a);
+  const float* a = ptr(n.a);
+  const int64_t n_out = graph_.tensors()[(size_t)n.out].cols;
+  constexpr int64_t kMaxCols = 512;
+  const int threads = pool_.size();
+  int64_t cols = (n_out + 2 * threads - 1) / (2 * threads);
+  cols = std::min<int64_t>(kMaxCols, std::max<int64_t>(64, (cols + 15) / 16 * 16));
+  const int64_t n_ranges = (n_out + cols - 1) / cols;
+  const kernels::OpsTable& ops = *plan_.ops;
+  for (const LoraRun& r : lora_[(size_t)n.lora_slot]) {
+    const int32_t rank = r.term.rank;
+    float* t = lora_t_.data();
+    run_matmul(r.step, *r.term.a, a, lda, rows, t, rank, pool_, lora_act_.data());
+    pool_.parallel_for(n_ranges, [&](int64_t task, int) {
+      const int64_t c0 = task * cols, c1 = std::min(n_out, c0 + cols);
+      float b[kMaxCols];
+      for (int32_t k = 0; k < rank; ++k) {
+        ops.fp16_to_fp32(r.term.bt + (size_t)k * (size_t)n_out + c0, b, c1 - c0);
+        for (int32_t j = 0; j < rows; ++j) {
+          ops.axpy(r.term.scale * t[(size_t)j * (size_t)rank + (size_t)k], b, out + j * ldo + c0, c1 - c0);
+        }
+      }
+    });
+  }
+}
+
 Executor::~Executor() {
   kv_.reset();  // joins the commit thread before the staging rows go
   ::operator delete[](reinterpret_cast<uint8_t*>(arena_), std::align_val_t(64));
@@ -333,6 +401,9 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
     }
     case Op::attention:
       attention(n, m, pos0);
+      break;
+    case Op::lora:
+      lora(n, rows);
       break;
     case Op::select_rows:
     case Op::drop_rows: {

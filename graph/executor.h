@@ -25,6 +25,14 @@ struct MatmulObserver {
   void* user = nullptr;
 };
 
+// One adapter's term at a lora node (Op::lora): out += scale * B (A a).
+struct LoraTerm {
+  const kernels::PackedWeight* a = nullptr;  // A: (rank, n_in), as the matmul kernels read it
+  const uint16_t* bt = nullptr;              // B transposed, F16: (rank, n_out); row k = column k of B
+  int32_t rank = 0;
+  float scale = 0.0f;
+};
+
 class Executor {
  public:
   // Plans g for opt (throws lilims::Error for options it refuses, or
@@ -48,6 +56,14 @@ class Executor {
   // For verifying drafted tokens (speculative decoding).
   void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
                          bool all_logits);
+
+  // The adapters' terms for each lora slot of the graph (terms[slot], slot
+  // indexing Graph::lora_targets(); fewer entries than slots: none for the
+  // rest), replacing those set before; empty: no adapter.  Each term's A
+  // and B must match its slot's shape and outlive their use.  Allocates the
+  // terms' scratch here, so forward() still allocates nothing.  Throws
+  // lilims::Error (INVALID_ARGUMENT) for a shape that does not match.
+  void set_lora(const std::vector<std::vector<LoraTerm>>& terms);
 
   // Set before forward(); an empty observer (the default) costs one branch
   // per matmul.
@@ -96,6 +112,7 @@ class Executor {
   void attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt);
   void self_attention(const Node& n, int32_t rows);
   void round_staged(int layer, int32_t m);
+  void lora(const Node& n, int32_t rows);
   float* ptr(int t) const { return base_[(size_t)t]; }
   int64_t ld(int t) const { return stride_[(size_t)t]; }
 
@@ -122,6 +139,13 @@ class Executor {
   MatmulObserver observer_;
   std::vector<RowRun> row_runs_;  // per node; only a run's first node is looked at
   int act_ready_ = -1;  // the matmul node whose quantized activations are in act_
+  struct LoraRun {
+    LoraTerm term;
+    MatmulStep step;  // A's kernels
+  };
+  std::vector<std::vector<LoraRun>> lora_;  // per lora slot
+  std::vector<float> lora_t_;               // A a of a block: n_batch x rank
+  std::vector<uint8_t> lora_act_;           // the block's activations quantized for A
 };
 
 }  // namespace lilims::graph

@@ -30,6 +30,7 @@ const char* op_name(Op op) {
     case Op::quick_gelu: return "quick_gelu";
     case Op::gelu_erf: return "gelu_erf";
     case Op::drop_rows: return "drop_rows";
+    case Op::lora: return "lora";
   }
   return "?";
 }
@@ -202,6 +203,12 @@ int Graph::gelu_erf(int a, const std::string& name) {
   return out;
 }
 
+void Graph::lora(int a, int out, const std::string& name) {
+  // b = out: the node reads the matmul's output it adds to.
+  push(Op::lora, out, a, out).lora_slot = (int)lora_targets_.size();
+  lora_targets_.push_back(LoraTarget{name, cols(a), cols(out)});
+}
+
 int Graph::drop_rows(int a, int first_row, const std::string& name) {
   if (first_row < 0) bad("drop_rows " + name + ": negative count");
   const int out = tensor(name, cols(a));
@@ -248,7 +255,7 @@ void Graph::validate() const {
           bad(out.name + " is written outside its layer's chunk");
         }
         int& by = staged_by[2 * (size_t)out.layer + (out.storage == Storage::staged_v)];
-        if (n.op != Op::rope) {
+        if (n.op != Op::rope && n.op != Op::lora) {  // those two update it in place
           if (by >= 0) bad(out.name + " is written twice");
           by = i;
         }

@@ -59,6 +59,8 @@ enum class Op : uint8_t {
   gelu_erf,     // out = gelu(a) (erf form)
   drop_rows,    // out = a without its first `first_row` rows; every later node runs on
                 // that many fewer rows
+  lora,         // out += s * B (A a) for each adapter the executor holds for lora_slot (none:
+                // nothing); out is the output (or a view of it) of the matmul of a
 };
 const char* op_name(Op op);
 
@@ -75,6 +77,14 @@ struct Node {
   const float* table = nullptr;              // add_table: (table_rows, cols)
   int64_t table_rows = 0;
   int first_row = 0;                         // drop_rows
+  int lora_slot = -1;                        // lora: index into Graph::lora_targets()
+};
+
+// A weight that adapters may adapt: a lora node's base weight name (as the
+// model file names it) and its (n_out, n_in) shape.
+struct LoraTarget {
+  std::string name;
+  int64_t n_in = 0, n_out = 0;
 };
 
 enum class ChunkKind : uint8_t { embed, blocks, head };
@@ -138,11 +148,15 @@ class Graph {
   int quick_gelu(int a, const std::string& name);
   int gelu_erf(int a, const std::string& name);
   int drop_rows(int a, int first_row, const std::string& name);
+  // Adapters of the weight `name` (n_out = cols(out) rows, n_in = cols(a)
+  // columns) add their term to out, the output of that weight's matmul of a.
+  void lora(int a, int out, const std::string& name);
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Chunk>& chunks() const { return chunks_; }
+  const std::vector<LoraTarget>& lora_targets() const { return lora_targets_; }
   // The tensor whose storage a (view) tensor uses.
   int root(int t) const;
   // Throws lilims::Error unless the graph is complete and consistent: every
@@ -159,6 +173,7 @@ class Graph {
   std::vector<Tensor> tensors_;
   std::vector<Node> nodes_;
   std::vector<Chunk> chunks_;
+  std::vector<LoraTarget> lora_targets_;
 };
 
 }  // namespace lilims::graph

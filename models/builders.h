@@ -18,6 +18,10 @@ using graph::ExecMode;
 struct BuildOptions {
   int32_t n_ctx = 2048;  // picks Phi-3's short or long RoPE factors
   int chunk_layers = 3;  // transformer blocks per chunk
+  // A lora node after every projection's matmul (graph::Op::lora), one per
+  // file tensor (a stacked weight's parts each get their own, on their rows
+  // of the output), so that adapters can be set on the executor.
+  bool lora = false;
 };
 
 // Throws lilims::Error (LILIMS_ERR_INVALID_ARGUMENT for chunk_layers < 1).

@@ -129,6 +129,7 @@ class Reader {
     for (const Weight* w : parts) {
       s.name += (s.name.empty() ? "" : "+") + w->name;
       s.parts.push_back(w->name);
+      s.part_rows.push_back(w->rows);
       s.rows += w->rows;
       s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
       if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;

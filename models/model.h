@@ -62,6 +62,7 @@ struct Weight {
   // order their rows are stacked (each keeps its own name for imatrix and
   // the like).  Empty for a weight that is one file tensor (`name`).
   std::vector<std::string> parts;
+  std::vector<int64_t> part_rows;  // rows of each of `parts`
   bool present() const { return rows > 0; }
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "base/error.h"
 #include "base/memory_info.h"
@@ -51,9 +52,11 @@ graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
   return po;
 }
 
-graph::Graph session_graph(const Model& model, const SessionOptions& opt, int32_t n_ctx) {
+graph::Graph session_graph(const Model& model, const SessionOptions& opt, int32_t n_ctx,
+                           bool lora = false) {
   models::BuildOptions bo;
   bo.n_ctx = n_ctx;
+  bo.lora = lora;
   bo.chunk_layers = opt.chunk_layers > 0 ? opt.chunk_layers : SessionOptions().chunk_layers;
   return models::build_graph(model.weights(), bo);
 }
@@ -149,6 +152,8 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
                     std::to_string(need) + " bytes (" + mib(need) + ") but " +
                     std::to_string(avail) + " bytes (" + mib(avail) + ") are available");
   }
+  opt_ = resolved;
+  plan_opt_ = po;
   pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads), opt.pool_hook);
   try {
     exec_ = std::make_unique<graph::Executor>(session_graph(model, resolved, po.n_ctx), po, *pool_,
@@ -192,6 +197,57 @@ void Session::cancel() {
   uint32_t v = state_.load(std::memory_order_relaxed);
   while ((v & kBusy) && !state_.compare_exchange_weak(v, v | kCancel, std::memory_order_release)) {
   }
+}
+
+std::unique_ptr<Adapter> Adapter::open(const Model& model, const std::string& path) {
+  const std::unique_ptr<gguf::File> f = gguf::File::open(path);
+  return std::unique_ptr<Adapter>(new Adapter(model, models::load_lora(*f, model.weights())));
+}
+
+void Session::set_adapters(const std::vector<AdapterUse>& adapters) {
+  Call call(*this);
+  for (const AdapterUse& u : adapters) {
+    if (!u.adapter) throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] an adapter in the list is null");
+    if (&u.adapter->model() != &model_) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] an adapter was loaded for another model");
+    }
+    if (!std::isfinite(u.scale)) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session] an adapter's scale is not finite");
+    }
+  }
+  if (adapters == adapters_) return;
+  // The graph has lora nodes from the first time a session sets adapters:
+  // without any, it runs as a session that never did.
+  std::unique_ptr<graph::Executor> fresh;
+  if (!adapters.empty() && exec_->graph().lora_targets().empty()) {
+    try {
+      fresh = std::make_unique<graph::Executor>(session_graph(model_, opt_, plan_opt_.n_ctx, true), plan_opt_,
+                                                *pool_, model_.memory(plan_opt_.n_ctx), opt_.commit_hook);
+    } catch (const std::bad_alloc&) {
+      throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory to plan the session for adapters");
+    }
+  }
+  graph::Executor& ex = fresh ? *fresh : *exec_;
+  const auto& targets = ex.graph().lora_targets();
+  std::vector<std::vector<graph::LoraTerm>> terms(adapters.empty() ? 0 : targets.size());
+  for (size_t slot = 0; slot < terms.size(); ++slot) {
+    for (const AdapterUse& u : adapters) {
+      const models::LoraAdapter& ad = u.adapter->lora();
+      if (const models::LoraWeight* w = ad.find(targets[slot].name)) {
+        terms[slot].push_back({&w->a, w->bt.data(), w->rank, ad.scale(*w, u.scale)});
+      }
+    }
+  }
+  ex.set_lora(terms);
+  if (fresh) {
+    exec_->sync();
+    exec_ = std::move(fresh);
+  } else {
+    exec_->release_from(0);
+  }
+  tokens_.clear();
+  has_logits_ = false;
+  adapters_ = adapters;
 }
 
 void Session::reset() {

@@ -13,6 +13,7 @@
 
 #include "graph/executor.h"
 #include "models/builders.h"
+#include "models/lora.h"
 #include "models/model.h"
 #include "runtime/json_constraint.h"
 #include "runtime/sampling.h"
@@ -272,6 +273,30 @@ struct GenerateResult {
   double decode_tokens_per_second() const;
 };
 
+// A LoRA adapter (models/lora.h) read and checked for one model; any of that
+// model's sessions may use it, at once, while it lives.
+class Adapter {
+ public:
+  // Throws lilims::Error as models::load_lora does, LILIMS_ERR_IO or
+  // LILIMS_ERR_BAD_FORMAT for a file that cannot be read as GGUF.
+  static std::unique_ptr<Adapter> open(const Model& model, const std::string& path);
+  const models::LoraAdapter& lora() const { return *lora_; }
+  const Model& model() const { return model_; }
+
+ private:
+  Adapter(const Model& model, std::unique_ptr<models::LoraAdapter> lora)
+      : model_(model), lora_(std::move(lora)) {}
+  const Model& model_;
+  std::unique_ptr<models::LoraAdapter> lora_;
+};
+
+// An adapter and the scale it is applied with (its alpha / rank comes on top).
+struct AdapterUse {
+  const Adapter* adapter = nullptr;
+  float scale = 1.0f;
+  bool operator==(const AdapterUse& o) const { return adapter == o.adapter && scale == o.scale; }
+};
+
 // A session is used by one thread at a time: every call below (except
 // cancel and the const accessors) marks the session busy on entry and throws
 // LILIMS_ERR_BUSY, touching nothing, when another call is running.
@@ -313,6 +338,14 @@ class Session {
   GenerateResult generate(const std::string& prompt, const GenerateOptions& opt);
   // Same, from token ids already tokenized.
   GenerateResult generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+  // The adapters every later evaluation applies, all at once (empty: none),
+  // in place of those set before.  A different list empties the sequence
+  // (its KV rows were computed with the old list); the same list changes
+  // nothing.  Throws LILIMS_ERR_INVALID_ARGUMENT, changing nothing, for an
+  // adapter of another model, a null one or a scale that is not finite.
+  void set_adapters(const std::vector<AdapterUse>& adapters);
+  const std::vector<AdapterUse>& adapters() const { return adapters_; }
 
   // Both give the KV cache pages of the dropped tokens back to the system.
   void reset();
@@ -405,8 +438,11 @@ class Session {
   bool cancel_requested() const { return (state_.load(std::memory_order_acquire) & kCancel) != 0; }
 
   const Model& model_;
+  SessionOptions opt_;       // with n_ctx resolved
+  graph::PlanOptions plan_opt_;
   std::unique_ptr<graph::ThreadPool> pool_;
   std::unique_ptr<graph::Executor> exec_;
+  std::vector<AdapterUse> adapters_;
   std::vector<int32_t> tokens_;  // the sequence in the KV cache
   std::vector<float> logits_;
   bool has_logits_ = false;

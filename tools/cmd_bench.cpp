@@ -34,6 +34,7 @@ void usage(FILE* out) {
                "usage: lilims bench [-m MODEL.gguf] [-p 128,512] [-n 64,128] [-t 1,2] [-r N]\n"
                "                    [--seed S] [--json] [--kv-commit LIST] [--chunk-layers K]\n"
                "                    [--kv-type f16|q8_0|f32] [--memory-budget BYTES]\n"
+               "                    [--lora FILE] [--lora-scaled FILE:SCALE]\n"
                "  -p LIST   prompt lengths (tokens) to prefill, 1..65536 (default 512)\n"
                "  -n LIST   tokens to decode after the prompt, 1..65536 (default 128)\n"
                "  -t LIST   thread counts, 1..256 (default: the hardware threads)\n"
@@ -47,6 +48,8 @@ void usage(FILE* out) {
                "  --chunk-layers K  transformer blocks per execution chunk (default 3)\n"
                "  --memory-budget BYTES  memory the model and each configuration's session\n"
                "            may take together (suffix K, M, G); refused when they do not fit\n"
+               "  --lora FILE, --lora-scaled FILE:SCALE  LoRA adapters every session applies\n"
+               "            (repeatable; as `lilims run` takes them)\n"
                "Every combination of -p, -n and -t is one configuration.  Figures: prefill\n"
                "tokens/s (pp), decode tokens/s after the prompt (tg), time to first token\n"
                "(prefill + choosing the first token), model load time (once per process) and\n"
@@ -116,7 +119,8 @@ Options parse_options(int argc, char** argv) {
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
-    } else if (a == "--chunk-layers" || a == "--kv-type" || a == "--memory-budget") {
+    } else if (a == "--chunk-layers" || a == "--kv-type" || a == "--memory-budget" || a == "--lora" ||
+               a == "--lora-scaled") {
       const std::string v = next();
       o.common.parse(a, [&]() { return v.c_str(); });
     } else {
@@ -236,7 +240,7 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       "\"ttft_ms\": %.3f, \"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, "
       "\"load_ms\": %.3f, \"peak_rss_mb\": %.1f, \"n_params\": %llu, "
       "\"decode_weight_bytes\": %llu, \"fused_weights\": %zu, \"kv_commit\": \"%s\", "
-      "\"chunk_layers\": %d}\n",
+      "\"chunk_layers\": %d, \"lora_adapters\": %zu}\n",
       json_escape(model_path).c_str(), json_escape(model.name()).c_str(),
       kernels::kernel_path_name(), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
       r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
@@ -244,7 +248,7 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       r.peak_rss_mb, (unsigned long long)model.weights().n_params,
       (unsigned long long)decode_weight_bytes(model.weights()), model.weights().n_fused,
       graph::kv_commit_name(r.cfg.commit),
-      o.common.chunk_layers);
+      o.common.chunk_layers, o.common.loras.size());
   std::fflush(stdout);
 }
 
@@ -272,7 +276,8 @@ void print_table_row(const Row& r) {
   std::fflush(stdout);
 }
 
-Row bench_config(const runtime::Model& model, const Config& cfg, const Options& o) {
+Row bench_config(const runtime::Model& model, const Config& cfg, const Options& o,
+                 const std::vector<runtime::AdapterUse>& adapters) {
   const int32_t n_vocab = model.tokenizer().n_vocab();
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> pick(0, n_vocab - 1);
@@ -285,6 +290,7 @@ Row bench_config(const runtime::Model& model, const Config& cfg, const Options& 
   so.n_threads = cfg.threads;
   so.n_ctx = cfg.n_prompt + cfg.n_gen;
   runtime::Session session(model, so);
+  session.set_adapters(adapters);
 
   // The warm-up touches every weight page, the KV cache and the pool's threads.
   timed_run(session, prompt, std::vector<int32_t>(gen_ids.begin(), gen_ids.begin() + 1));
@@ -320,6 +326,7 @@ int bench_main(int argc, char** argv) {
     const auto t0 = Clock::now();
     const auto model = tools::open_model(o.common);
     const double load_ms = seconds_since(t0) * 1e3;
+    const tools::LoadedAdapters adapters = tools::open_adapters(o.common, *model);
 
     const int32_t n_ctx_train = model->hparams().n_ctx_train;
     for (int32_t p : o.n_prompt) {
@@ -336,7 +343,7 @@ int bench_main(int argc, char** argv) {
       for (int32_t p : o.n_prompt) {
         for (int32_t n : o.n_gen) {
           for (graph::KvCommit c : o.commits) {
-            const Row row = bench_config(*model, {t, p, n, c}, o);
+            const Row row = bench_config(*model, {t, p, n, c}, o, adapters.uses);
             if (o.json) {
               print_json(row, o, path, *model, load_ms);
             } else {

@@ -36,6 +36,7 @@ void usage() {
       "                             from the KV cache, time to first token, speeds\n",
       stdout);
   std::fputs(tools::kGenerationHelp, stdout);
+  std::fputs(tools::kLoraHelp, stdout);
   std::fputs("  (chat: --keep defaults to the tokens before the first user message, the system\n"
              "  turn; with --context-shift a conversation that no longer fits the context drops\n"
              "  its oldest turns until it takes at most half of it)\n",
@@ -102,6 +103,8 @@ int chat_main(int argc, char** argv) {
       return cli::fail("chat", "the model has no chat template lilims knows; use --template NAME");
     }
     runtime::Session session(*model, common.session_options(*model));
+    const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
+    session.set_adapters(adapters.uses);
     std::vector<tok::ChatMessage> history;
     if (!system_prompt.empty()) history.push_back({"system", system_prompt});
     const bool shift = gen.context_policy == runtime::ContextPolicy::shift;

@@ -30,7 +30,7 @@ void usage(FILE* out) {
                "       [--chunks N] [--exec fast|ref|oracle] [--kv-type f16|q8_0|f32] [--no-mmap]\n"
                "       [--chunk-layers K] [--kv-commit sync|async] [--no-progress]\n"
                "       [--memory-budget BYTES (model and session; suffix K, M, G)]\n"
-               "       [--kl-base FILE | --kl-ref FILE]\n"
+               "       [--kl-base FILE | --kl-ref FILE] [--lora FILE] [--lora-scaled FILE:SCALE]\n"
                "Progress goes to stderr (a live line on a terminal, else a line every 5 seconds;\n"
                "--no-progress: none); the result is the line \"ppl = X\" on stdout.\n"
                "--kl-base FILE  also save the scored positions' distributions (this model is the\n"
@@ -102,6 +102,8 @@ int perplexity_main(int argc, char** argv) {
       kl_ref->check_matches(n_vocab, common.n_ctx, tokens);
     }
     runtime::Session session(*model, common.session_options(*model));
+    const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
+    session.set_adapters(adapters.uses);
     const int64_t n_chunks = runtime::perplexity_chunks(tokens.size(), common.n_ctx, (int32_t)max_chunks);
     std::unique_ptr<runtime::KlBaseWriter> kl_base;
     if (!kl_base_path.empty() && n_chunks >= 1) {

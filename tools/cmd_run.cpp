@@ -89,6 +89,7 @@ void usage() {
       "  --mmproj FILE          the multimodal projector GGUF made for the model\n",
       stdout);
   std::fputs(tools::kGenerationHelp, stdout);
+  std::fputs(tools::kLoraHelp, stdout);
   std::fputs(
       "  -s, --seed S           sampling seed, 0 to 2^64-1 (default 0)\n"
       "  -t, --threads N        threads, 1 to 256 (default: all cores)\n"
@@ -222,6 +223,8 @@ int run_main(int argc, char** argv) {
     const bool constrained = gen.json || !gen.json_schema.empty();
     auto model = tools::open_model(common);
     runtime::Session session(*model, common.session_options(*model));
+    const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
+    session.set_adapters(adapters.uses);
     if (!load_state.empty()) {
       session.load_state_file(load_state);
       if (!quiet) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -13,6 +14,20 @@
 #include "tools/cli.h"
 
 namespace lilims::tools {
+
+const char* const kLoraHelp =
+    "  --lora FILE            apply a LoRA adapter (llama.cpp's GGUF adapter format; `lilims\n"
+    "                         convert PEFT_DIR` makes one); repeatable, or FILE,FILE\n"
+    "  --lora-scaled FILE:SCALE  the same with a scale (times the adapter's alpha / rank)\n";
+
+LoadedAdapters open_adapters(const CommonArgs& args, const runtime::Model& model) {
+  LoadedAdapters out;
+  for (const auto& [path, scale] : args.loras) {
+    out.owned.push_back(runtime::Adapter::open(model, path));
+    out.uses.push_back({out.owned.back().get(), scale});
+  }
+  return out;
+}
 
 std::string model_arg(const std::string& flag, const char* value) {
   if (!*value) throw std::invalid_argument(flag + " was given an empty path");
@@ -56,6 +71,31 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
   } else if (a == "--memory-budget") {
     memory_budget = parse_bytes("--memory-budget", next());
     if (memory_budget == 0) throw std::invalid_argument("--memory-budget must be above 0");
+  } else if (a == "--lora" || a == "--lora-scaled") {
+    const std::string list = next();
+    size_t start = 0;
+    while (true) {
+      const size_t comma = list.find(',', start);
+      const std::string item = list.substr(start, comma == std::string::npos ? comma : comma - start);
+      if (a == "--lora") {
+        if (item.empty()) throw std::invalid_argument("--lora was given an empty path");
+        loras.emplace_back(item, 1.0f);
+      } else {
+        const size_t colon = item.rfind(':');
+        if (colon == std::string::npos || colon == 0 || colon + 1 == item.size()) {
+          throw std::invalid_argument("--lora-scaled expects FILE:SCALE, not '" + item + "'");
+        }
+        const std::string scale = item.substr(colon + 1);
+        char* end = nullptr;
+        const float v = std::strtof(scale.c_str(), &end);
+        if (end == scale.c_str() || *end || !std::isfinite(v)) {
+          throw std::invalid_argument("--lora-scaled: '" + scale + "' is not a number");
+        }
+        loras.emplace_back(item.substr(0, colon), v);
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
   } else {
     return false;
   }

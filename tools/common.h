@@ -5,6 +5,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/engine.h"
 
@@ -32,15 +34,29 @@ struct CommonArgs {
   // --memory-budget: bytes the model and the session may take together
   // (0: what the machine has available).
   uint64_t memory_budget = 0;
+  // --lora FILE[,FILE...] (scale 1) and --lora-scaled FILE:SCALE[,...], in
+  // the order given (llama.cpp's spelling).
+  std::vector<std::pair<std::string, float>> loras;
 
   // Consumes -m/-t/-c/--ctx-beyond-train/--exec/--kv-type/--chunk-layers/
-  // --kv-commit/--no-mmap/--manifest/--manifest-file-hash/--memory-budget;
+  // --kv-commit/--no-mmap/--manifest/--manifest-file-hash/--memory-budget/
+  // --lora/--lora-scaled;
   // `next` returns the option's value.
   bool parse(const std::string& arg, const std::function<const char*()>& next);
   // With a --memory-budget, the session's budget is what the model leaves of
   // it; a session that does not fit is refused here, with both figures.
   runtime::SessionOptions session_options(const runtime::Model& model) const;
 };
+
+// The adapters of --lora / --lora-scaled, read for `model`; set on a
+// session with session.set_adapters(adapters.uses).
+struct LoadedAdapters {
+  std::vector<std::unique_ptr<runtime::Adapter>> owned;
+  std::vector<runtime::AdapterUse> uses;
+};
+LoadedAdapters open_adapters(const CommonArgs& args, const runtime::Model& model);
+// The --help lines of --lora and --lora-scaled.
+extern const char* const kLoraHelp;
 
 // A byte count with an optional K, M or G suffix (powers of 1024): "1500000",
 // "512K", "1.5G" is refused (whole numbers only).  Throws std::invalid_argument.

@@ -1,0 +1,173 @@
+#include "models/lora.h"
+
+#include <cmath>
+#include <map>
+#include <new>
+
+#include "base/error.h"
+#include "base/fp16.h"
+#include "quant/quant.h"
+#include "quant/quantize.h"
+
+namespace lilims::models {
+namespace {
+
+[[noreturn]] void fail(lilims_status s, const std::string& what) { throw Error(s, "[lora] " + what); }
+
+// Tensor t (rows x cols as its ne says: ne[0] = cols) as floats, refusing
+// types without a reference conversion and values that are not finite.
+std::vector<float> floats_of(const gguf::TensorInfo& t) {
+  const quant::TypeTraits* tr = quant::type_traits(t.type);
+  if (!tr || !tr->to_float || !t.data) {
+    fail(LILIMS_ERR_UNSUPPORTED, t.name + ": tensor type " + quant::ggml_type_name(t.type) +
+                                     " is not supported for adapters (F32, F16, Q8_0, Q4_0, Q4_1)");
+  }
+  const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.n_elements / std::max<int64_t>(1, cols);
+  if (cols % tr->block_size != 0) {
+    fail(LILIMS_ERR_BAD_FORMAT, t.name + ": " + std::to_string(cols) + " columns are not whole " +
+                                    tr->name + " blocks");
+  }
+  std::vector<float> out((size_t)t.n_elements);
+  const size_t rb = quant::row_bytes(tr->type, cols);
+  for (int64_t r = 0; r < rows; ++r) tr->to_float(t.data + (size_t)r * rb, out.data() + (size_t)r * cols, cols);
+  for (float v : out) {
+    if (!std::isfinite(v)) fail(LILIMS_ERR_BAD_FORMAT, t.name + ": holds a value that is not finite");
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+const LoraWeight* LoraAdapter::find(const std::string& target) const {
+  for (const LoraWeight& w : weights) {
+    if (w.target == target) return &w;
+  }
+  return nullptr;
+}
+
+std::vector<AdaptableWeight> adaptable_weights(const Model& m) {
+  std::vector<AdaptableWeight> out;
+  auto add = [&](const Weight& w) {
+    if (!w.present()) return;
+    if (w.parts.empty()) {
+      out.push_back({w.name, w.cols, w.rows});
+      return;
+    }
+    for (size_t p = 0; p < w.parts.size(); ++p) out.push_back({w.parts[p], w.cols, w.part_rows[p]});
+  };
+  for (const Layer& L : m.layers) {
+    for (const Weight* w : L.weights()) add(*w);
+  }
+  if (!m.tied_output) add(m.output);
+  return out;
+}
+
+std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
+  const std::string type = f.get_string_or("general.type", "");
+  if (type != "adapter") {
+    fail(LILIMS_ERR_BAD_FORMAT, "general.type is '" + type + "', not 'adapter': not a LoRA adapter file");
+  }
+  const std::string atype = f.get_string_or("adapter.type", "");
+  if (atype != "lora") fail(LILIMS_ERR_BAD_FORMAT, "adapter.type is '" + atype + "', not 'lora'");
+  auto ad = std::make_unique<LoraAdapter>();
+  ad->arch = f.get_string_or("general.architecture", "");
+  ad->name = f.get_string_or("general.name", "");
+  const char* base_arch = arch_name(base.hp.arch);
+  if (ad->arch != base_arch) {
+    fail(LILIMS_ERR_INVALID_ARGUMENT, "general.architecture: the adapter is for '" + ad->arch +
+                                          "', the model is '" + base_arch + "'");
+  }
+  const double alpha = f.get_float_or("adapter.lora.alpha", 0.0);
+  if (!std::isfinite(alpha)) fail(LILIMS_ERR_BAD_FORMAT, "adapter.lora.alpha is not finite");
+  ad->alpha = (float)alpha;
+
+  std::map<std::string, AdaptableWeight> targets;
+  for (const AdaptableWeight& w : adaptable_weights(base)) targets[w.name] = w;
+
+  // Pair X.lora_a with X.lora_b, in file order of the first seen.
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<const gguf::TensorInfo*, const gguf::TensorInfo*>> pairs;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const bool is_a = ends_with(t.name, ".lora_a"), is_b = ends_with(t.name, ".lora_b");
+    if (!is_a && !is_b) fail(LILIMS_ERR_BAD_FORMAT, t.name + ": not a .lora_a or .lora_b tensor");
+    const std::string target = t.name.substr(0, t.name.size() - 7);
+    auto& p = pairs[target];
+    if (!p.first && !p.second) order.push_back(target);
+    (is_a ? p.first : p.second) = &t;
+  }
+  if (order.empty()) fail(LILIMS_ERR_BAD_FORMAT, "the adapter holds no tensors");
+
+  ad->weights.reserve(order.size());
+  for (const std::string& target : order) {
+    const gguf::TensorInfo* ta = pairs[target].first;
+    const gguf::TensorInfo* tb = pairs[target].second;
+    if (!ta) fail(LILIMS_ERR_BAD_FORMAT, target + ".lora_b has no " + target + ".lora_a");
+    if (!tb) fail(LILIMS_ERR_BAD_FORMAT, target + ".lora_a has no " + target + ".lora_b");
+    if (target == "token_embd.weight") {
+      fail(LILIMS_ERR_UNSUPPORTED, ta->name + ": adapters of the token embedding are not supported");
+    }
+    const auto it = targets.find(target);
+    if (it == targets.end()) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, ta->name + ": the model has no weight '" + target +
+                                            "' that an adapter can adapt (an adapter for another model?)");
+    }
+    const AdaptableWeight& tw = it->second;
+    if (ta->ne.size() != 2 || tb->ne.size() != 2) {
+      fail(LILIMS_ERR_BAD_FORMAT, target + ": lora_a and lora_b must be 2-D");
+    }
+    const uint64_t rank = ta->ne[1];
+    if (ta->ne[0] != (uint64_t)tw.n_in) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, ta->name + ": " + std::to_string(ta->ne[0]) +
+                                            " inputs, the model's weight has " + std::to_string(tw.n_in));
+    }
+    if (tb->ne[1] != (uint64_t)tw.n_out) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, tb->name + ": " + std::to_string(tb->ne[1]) +
+                                            " outputs, the model's weight has " + std::to_string(tw.n_out));
+    }
+    if (tb->ne[0] != rank) {
+      fail(LILIMS_ERR_BAD_FORMAT, target + ": lora_a has rank " + std::to_string(rank) +
+                                      ", lora_b rank " + std::to_string(tb->ne[0]));
+    }
+    if (rank == 0 || rank > 4096) {
+      fail(LILIMS_ERR_BAD_FORMAT, ta->name + ": rank " + std::to_string(rank) + " is out of range (1..4096)");
+    }
+    LoraWeight w;
+    w.target = target;
+    w.rank = (int32_t)rank;
+    w.n_in = tw.n_in;
+    w.n_out = tw.n_out;
+    try {
+      const std::vector<float> a = floats_of(*ta);  // (rank, n_in)
+      const std::vector<float> b = floats_of(*tb);  // (n_out, rank)
+      const quant::Type at = w.n_in % quant::kBlock == 0 ? quant::Type::Q8_0 : quant::Type::F32;
+      const size_t rb = quant::row_bytes(at, w.n_in);
+      w.a_bytes.resize(rb * rank);
+      for (uint64_t r = 0; r < rank; ++r) {
+        quant::quantize_row(at, a.data() + r * (size_t)w.n_in, w.a_bytes.data() + r * rb, w.n_in);
+      }
+      w.a = kernels::pack_weight(at, w.a_bytes.data(), w.rank, w.n_in, /*allow_repack=*/true);
+      if (!w.a.storage.empty()) std::vector<uint8_t>().swap(w.a_bytes);  // repacked: the copy is enough
+      w.bt.resize((size_t)rank * (size_t)w.n_out);
+      for (int64_t o = 0; o < w.n_out; ++o) {
+        for (uint64_t k = 0; k < rank; ++k) {
+          const uint16_t h = fp32_to_fp16(b[(size_t)o * rank + k]);
+          if (!std::isfinite(fp16_to_fp32(h))) {
+            fail(LILIMS_ERR_BAD_FORMAT, tb->name + ": a value beyond the range of F16");
+          }
+          w.bt[k * (size_t)w.n_out + (size_t)o] = h;
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      fail(LILIMS_ERR_OUT_OF_MEMORY, target + ": no memory for the adapter's weights");
+    }
+    ad->bytes += w.a.storage.size() + w.a_bytes.size() + w.bt.size() * sizeof(uint16_t);
+    ad->weights.push_back(std::move(w));
+  }
+  return ad;
+}
+
+}  // namespace lilims::models
