@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/fp16.h"
+#include "quant/dequant_ref.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 
@@ -168,6 +169,51 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
     ad->weights.push_back(std::move(w));
   }
   return ad;
+}
+
+gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const gguf::File& adapter,
+                        float user_scale, quant::Type type) {
+  const quant::TypeTraits& tt = quant::traits(type);
+  if (!tt.weight || tt.file_type < 0) {
+    fail(LILIMS_ERR_INVALID_ARGUMENT, std::string("cannot write merged weights as ") + tt.name);
+  }
+  const std::unique_ptr<LoraAdapter> ad = load_lora(adapter, model);  // the checks
+  gguf::Writer out;
+  if (base_file.find("general.alignment")) out.set_alignment((uint32_t)base_file.alignment());
+  for (const gguf::KeyValue& kv : base_file.metadata()) out.add(kv.key, kv.value);
+  for (const gguf::TensorInfo& t : base_file.tensors()) {
+    const LoraWeight* w = ad->find(t.name);
+    if (!w) {
+      out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
+      continue;
+    }
+    quant::ReadableType rt;
+    if (!t.data || !quant::readable_type(t.type, &rt)) {
+      fail(LILIMS_ERR_UNSUPPORTED, t.name + ": cannot read its type " + quant::ggml_type_name(t.type));
+    }
+    if (w->n_in % tt.block_size != 0) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, t.name + ": " + std::to_string(w->n_in) +
+                                            " columns are not whole " + tt.name + " blocks");
+    }
+    const std::vector<float> a = floats_of(*adapter.find_tensor(t.name + ".lora_a"));  // (rank, n_in)
+    const std::vector<float> b = floats_of(*adapter.find_tensor(t.name + ".lora_b"));  // (n_out, rank)
+    const float s = ad->scale(*w, user_scale);
+    const size_t in_rb = (size_t)w->n_in / (size_t)rt.block_size * rt.block_bytes;
+    const size_t out_rb = quant::row_bytes(type, w->n_in);
+    std::vector<float> row((size_t)w->n_in);
+    std::vector<uint8_t> bytes(out_rb * (size_t)w->n_out);
+    for (int64_t o = 0; o < w->n_out; ++o) {
+      rt.to_float(t.data + (size_t)o * in_rb, row.data(), w->n_in);
+      for (int32_t k = 0; k < w->rank; ++k) {
+        const float c = s * b[(size_t)o * (size_t)w->rank + (size_t)k];
+        const float* ak = a.data() + (size_t)k * (size_t)w->n_in;
+        for (int64_t i = 0; i < w->n_in; ++i) row[(size_t)i] += c * ak[i];
+      }
+      quant::quantize_row(type, row.data(), bytes.data() + (size_t)o * out_rb, w->n_in);
+    }
+    out.add_tensor(t.name, t.ne, (uint32_t)type, bytes.data(), bytes.size());
+  }
+  return out;
 }
 
 }  // namespace lilims::models

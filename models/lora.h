@@ -68,4 +68,13 @@ std::vector<AdaptableWeight> adaptable_weights(const Model& m);
 // or an adapted token embedding, LILIMS_ERR_OUT_OF_MEMORY.
 std::unique_ptr<LoraAdapter> load_lora(const gguf::File& file, const Model& base);
 
+// The base file with an adapter baked in (`lilims merge-lora`): each adapted
+// weight becomes W + scale B A, computed in float from the file's values
+// (not from load_lora's Q8_0 / F16 copies) and written in `type` (F32, F16,
+// Q8_0, Q4_0, Q4_1); every other tensor and key is copied as it is.  `model`
+// is the base loaded from that file (the adapter is checked against it as
+// load_lora does).  Throws lilims::Error.
+gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const gguf::File& adapter,
+                        float user_scale, quant::Type type);
+
 }  // namespace lilims::models

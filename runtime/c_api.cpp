@@ -28,8 +28,15 @@ struct lilims_model {
   uint64_t file_bytes = 0;
 };
 
+struct lilims_adapter {
+  std::shared_ptr<const Model> model;  // declared first: outlives impl
+  std::shared_ptr<const lilims::runtime::Adapter> impl;
+};
+
 struct lilims_session {
   std::shared_ptr<const Model> model;  // declared first: outlives impl
+  // The adapters impl applies, kept alive while it does.
+  std::vector<std::shared_ptr<const lilims::runtime::Adapter>> adapters;
   std::unique_ptr<Session> impl;
 };
 
@@ -527,6 +534,42 @@ lilims_status lilims_session_memory(const lilims_session* session, lilims_memory
     out->scratch = r.scratch;
     out->host = r.host;
     out->total = r.total();
+    return LILIMS_OK;
+  });
+}
+
+lilims_status lilims_adapter_load(lilims_model* model, const char* path, lilims_adapter** out_adapter) {
+  if (!out_adapter) return null_arg("adapter_load", "out_adapter");
+  *out_adapter = nullptr;
+  if (!model) return null_arg("adapter_load", "model");
+  if (!path) return null_arg("adapter_load", "path");
+  return guarded([&] {
+    auto a = std::make_unique<lilims_adapter>();
+    a->model = model->impl;
+    a->impl = lilims::runtime::Adapter::open(*a->model, path);
+    *out_adapter = a.release();
+    return LILIMS_OK;
+  });
+}
+
+void lilims_adapter_free(lilims_adapter* adapter) { delete adapter; }
+
+lilims_status lilims_session_set_adapters(lilims_session* session, lilims_adapter* const* adapters,
+                                          const float* scales, size_t n) {
+  if (!session) return null_arg("session_set_adapters", "session");
+  if (n > 0 && !adapters) return null_arg("session_set_adapters", "adapters");
+  return guarded([&] {
+    std::vector<lilims::runtime::AdapterUse> uses;
+    std::vector<std::shared_ptr<const lilims::runtime::Adapter>> keep;
+    for (size_t i = 0; i < n; ++i) {
+      if (!adapters[i]) {
+        throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[session_set_adapters] adapters[" + std::to_string(i) + "] is NULL");
+      }
+      uses.push_back({adapters[i]->impl.get(), scales ? scales[i] : 1.0f});
+      keep.push_back(adapters[i]->impl);
+    }
+    session->impl->set_adapters(uses);
+    session->adapters.swap(keep);
     return LILIMS_OK;
   });
 }

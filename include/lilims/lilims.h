@@ -52,6 +52,7 @@ typedef enum lilims_status {
 
 typedef struct lilims_model lilims_model;
 typedef struct lilims_session lilims_session;
+typedef struct lilims_adapter lilims_adapter;
 typedef int32_t lilims_token;
 
 /* The message of the last failure on the calling thread ("" if none).  Valid
@@ -288,6 +289,26 @@ typedef struct lilims_memory_report {
  * shared by every session made from it. */
 lilims_status lilims_session_memory(const lilims_session *session, lilims_memory_report *out);
 void lilims_session_free(lilims_session *session);
+
+/* LoRA adapters.  lilims_adapter_load reads one in llama.cpp's GGUF adapter
+ * format (`lilims convert PEFT_DIR OUT.gguf --base MODEL.gguf` makes one from a
+ * Hugging Face PEFT adapter) and checks it against the model: an adapter for
+ * another architecture, a tensor that names no weight of the model, shapes
+ * or ranks that do not fit are refused (LILIMS_ERR_INVALID_ARGUMENT or
+ * LILIMS_ERR_BAD_FORMAT, the message naming the tensor).  It holds its own
+ * copy of the weights (about a quarter of an F32 file's bytes), not the file.
+ * lilims_session_set_adapters sets the adapters every later evaluation of
+ * the session applies, all at once, each with its scale (scales may be NULL:
+ * all 1; the adapter's alpha / rank comes on top, as llama.cpp applies it);
+ * n = 0 removes them.  A list other than the current one forgets the
+ * session's tokens, whose KV rows the old list computed; the same list
+ * changes nothing.  Several sessions may use one adapter at once; the
+ * sessions keep what they use alive, so lilims_adapter_free may come
+ * before the sessions are freed.  The base model is never reloaded. */
+lilims_status lilims_adapter_load(lilims_model *model, const char *path, lilims_adapter **out_adapter);
+void lilims_adapter_free(lilims_adapter *adapter);
+lilims_status lilims_session_set_adapters(lilims_session *session, lilims_adapter *const *adapters,
+                                          const float *scales, size_t n);
 
 /* Forgets every token: the next eval starts at position 0. */
 lilims_status lilims_session_reset(lilims_session *session);
