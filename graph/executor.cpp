@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "quant/quant.h"
+#include "kernels/ref/matmul_ref.h"
 #include "quant/repack.h"
 
 namespace lilims::graph {
@@ -81,6 +82,17 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   }
   q8_0_traits_ = quant::type_traits((uint32_t)quant::Type::Q8_0);
 
+  // The groups of consecutive lora nodes that read one input.
+  lora_group_end_.assign(graph_.nodes().size(), 0);
+  for (size_t i = 0; i < graph_.nodes().size(); ++i) {
+    const Node& n = graph_.nodes()[i];
+    if (n.op != Op::lora) continue;
+    if (i > 0 && graph_.nodes()[i - 1].op == Op::lora && graph_.nodes()[i - 1].a == n.a) continue;
+    size_t j = i + 1;
+    while (j < graph_.nodes().size() && graph_.nodes()[j].op == Op::lora && graph_.nodes()[j].a == n.a) ++j;
+    lora_group_end_[i] = j;
+  }
+
   // The runs of row-wise nodes, never across a chunk's end.
   const auto& nodes = graph_.nodes();
   row_runs_.assign(nodes.size(), RowRun{});
@@ -111,23 +123,42 @@ void Executor::set_lora(const std::vector<std::vector<LoraTerm>>& terms) {
   const bool fast = plan_.opt.mode == ExecMode::fast;
   const kernels::Isa isa = fast ? kernels::active_isa() : kernels::Isa::ref;
   std::vector<std::vector<LoraRun>> runs(terms.size());
-  size_t t_floats = 0, act_bytes = 0;
+  const size_t rows = (size_t)std::max(plan_.opt.n_batch, kLoraDecodeRows);
+  const size_t t_rows = std::max(rows, (size_t)pool_.size() * (size_t)kLoraDecodeRows);
+  size_t act_bytes = 0;
   for (size_t slot = 0; slot < terms.size(); ++slot) {
     const LoraTarget& tg = targets[slot];
     for (const LoraTerm& term : terms[slot]) {
-      if (!term.a || !term.bt || term.rank <= 0 || term.a->rows != term.rank || term.a->cols != tg.n_in) {
+      if (!term.a || !term.b || term.rank <= 0 || term.a->rows != term.rank || term.a->cols != tg.n_in) {
         throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] an adapter term for " + tg.name +
                                                      " does not match its shape");
       }
       LoraRun r{term, matmul_step(isa, plan_.opt.mode == ExecMode::oracle_f32, *term.a,
                                   plan_.opt.n_batch, plan_.opt.n_threads)};
-      t_floats = std::max(t_floats, (size_t)plan_.opt.n_batch * (size_t)term.rank);
-      act_bytes = std::max(act_bytes, r.step.act_stride * (size_t)plan_.opt.n_batch);
+      act_bytes = std::max(act_bytes, r.step.act_stride * rows);
       runs[slot].push_back(r);
     }
   }
+  // The groups' summed ranks size the t scratch.
+  size_t max_sum = 0;
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (lora_group_end_[i] <= i) continue;
+    size_t sum = 0;
+    int items = 0;
+    for (size_t j = i; j < lora_group_end_[i]; ++j) {
+      const size_t slot = (size_t)nodes[j].lora_slot;
+      if (slot >= runs.size()) continue;
+      for (const LoraRun& r : runs[slot]) sum += (size_t)r.term.rank, ++items;
+    }
+    if (items > kMaxLoraItems) {
+      throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] more than " + std::to_string(kMaxLoraItems) +
+                                                   " adapter terms on the weights of one input");
+    }
+    max_sum = std::max(max_sum, sum);
+  }
   try {
-    std::vector<float> t(t_floats);
+    std::vector<float> t(t_rows * max_sum);
     std::vector<uint8_t> act(act_bytes);
     lora_t_.swap(t);
     lora_act_.swap(act);
@@ -137,36 +168,114 @@ void Executor::set_lora(const std::vector<std::vector<LoraTerm>>& terms) {
   lora_.swap(runs);
 }
 
-// For each term: t = A a (the matmul kernels, over the pool), then out +=
-// scale * t B^T, column ranges over the pool: B's F16 rows converted once
-// per range and added to every row of the block.
-void Executor::lora(const Node& n, int32_t rows) {
-  if ((size_t)n.lora_slot >= lora_.size() || rows <= 0) return;
-  float* out = ptr(n.out);
-  const int64_t ldo = ld(n.out), lda = ld(n.a);
-  const float* a = ptr(n.a);
-  const int64_t n_out = graph_.tensors()[(size_t)n.out].cols;
-  constexpr int64_t kMaxCols = 512;
-  const int threads = pool_.size();
-  int64_t cols = (n_out + 2 * threads - 1) / (2 * threads);
-  cols = std::min<int64_t>(kMaxCols, std::max<int64_t>(64, (cols + 15) / 16 * 16));
-  const int64_t n_ranges = (n_out + cols - 1) / cols;
+// A run of lora nodes that read one input (Q, K and V of a stacked
+// weight; gate and up) in one job on the pool.  With a few rows (decode)
+// each task computes every t = A a itself (a few thousand multiply-adds)
+// and adds t B^T to its share of each output's columns; with more (prefill)
+// each task takes a range of rows, quantizes them, and does everything for
+// them.  B's F16 rows are converted once per column range and task.
+void Executor::lora(size_t first, int32_t rows) {
+  const auto& nodes = graph_.nodes();
+  const size_t end = lora_group_end_[first];
+  struct Item {
+    const LoraRun* run;
+    float* out;
+    int64_t ldo, n_out;
+    size_t t_off;  // floats into a task's t scratch, per row
+  };
+  Item items[kMaxLoraItems];
+  int n_items = 0;
+  size_t sum_rank = 0;
+  for (size_t i = first; i < end; ++i) {
+    const Node& n = nodes[i];
+    if ((size_t)n.lora_slot >= lora_.size()) continue;
+    for (const LoraRun& r : lora_[(size_t)n.lora_slot]) {
+      if (n_items == kMaxLoraItems) throw Error(LILIMS_ERR_INTERNAL, "[executor] too many adapter terms at once");
+      items[n_items++] = {&r, ptr(n.out), ld(n.out), graph_.tensors()[(size_t)n.out].cols, sum_rank};
+      sum_rank += (size_t)r.term.rank;
+    }
+  }
+  if (n_items == 0 || rows <= 0) return;
+  const Node& n0 = nodes[first];
+  const float* a = ptr(n0.a);
+  const int64_t lda = ld(n0.a), n_in = graph_.tensors()[(size_t)n0.a].cols;
+  const MatmulStep& st = items[0].run->step;  // every A reads the same input: one activation format
+  const size_t act_stride = st.act_stride;
   const kernels::OpsTable& ops = *plan_.ops;
-  for (const LoraRun& r : lora_[(size_t)n.lora_slot]) {
-    const int32_t rank = r.term.rank;
-    float* t = lora_t_.data();
-    run_matmul(r.step, *r.term.a, a, lda, rows, t, rank, pool_, lora_act_.data());
-    pool_.parallel_for(n_ranges, [&](int64_t task, int) {
-      const int64_t c0 = task * cols, c1 = std::min(n_out, c0 + cols);
-      float b[kMaxCols];
-      for (int32_t k = 0; k < rank; ++k) {
-        ops.fp16_to_fp32(r.term.bt + (size_t)k * (size_t)n_out + c0, b, c1 - c0);
-        for (int32_t j = 0; j < rows; ++j) {
-          ops.axpy(r.term.scale * t[(size_t)j * (size_t)rank + (size_t)k], b, out + j * ldo + c0, c1 - c0);
-        }
+  const int threads = pool_.size();
+
+  // t[j][.] (rows j0.. of the task) for every item, from activation rows
+  // quantized at act (or a itself for F32 A / the oracle).
+  auto compute_t = [&](int32_t j0, int32_t nj, float* t) {
+    for (int it = 0; it < n_items; ++it) {
+      const LoraRun& r = *items[it].run;
+      float* y = t + items[it].t_off;
+      if (!r.step.kern) {
+        kernels::matmul_dequant_f32__ref(*r.term.a, 0, r.term.rank, a + j0 * lda, lda, nj, y, (int64_t)sum_rank);
+      } else if (r.step.quant) {
+        r.step.kern->fn(*r.term.a, 0, r.term.rank, lora_act_.data() + (size_t)j0 * act_stride, act_stride, nj,
+                        y, (int64_t)sum_rank);
+      } else {
+        r.step.kern->fn(*r.term.a, 0, r.term.rank, a + j0 * lda, (size_t)lda * sizeof(float), nj, y,
+                        (int64_t)sum_rank);
+      }
+      for (int32_t j = 0; j < nj; ++j) {  // t carries the term's scale
+        for (int32_t k = 0; k < r.term.rank; ++k) y[(size_t)j * sum_rank + (size_t)k] *= r.term.scale;
+      }
+    }
+  };
+  // out[j][c0..c1) += scale * t[j] B^T for rows [j0, j0 + nj).
+  // Pieces [p0, p1) of B (kLoraPiece columns each, LoraTerm::b) for rows
+  // [j0, j0 + nj) of the block, whose t (scaled) starts at t.
+  auto add_tb = [&](const Item& it, int64_t p0, int64_t p1, int32_t j0, int32_t nj, const float* t) {
+    const LoraRun& r = *it.run;
+    const size_t piece_row = sizeof(quant::BlockQ8_0) * (size_t)r.term.rank;  // per 32 columns
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t c0 = p * kLoraPiece, w = std::min<int64_t>(kLoraPiece, it.n_out - c0);
+      const uint8_t* piece = static_cast<const uint8_t*>(r.term.b) + (size_t)(c0 / quant::kBlock) * piece_row;
+      if (w % quant::kBlock == 0) {
+        ops.lora_add(piece, r.term.rank, w, t + it.t_off, (int64_t)sum_rank, nj, it.out + j0 * it.ldo + c0,
+                     it.ldo);
+        continue;
+      }
+      // The last columns of an n_out that is not a multiple of 32: the padded
+      // block into zeros, then its first w columns added.
+      const int64_t wp = (w + quant::kBlock - 1) / quant::kBlock * quant::kBlock;
+      float tail[kLoraPiece];
+      for (int32_t j = 0; j < nj; ++j) {
+        std::fill(tail, tail + wp, 0.0f);
+        ops.lora_add(piece, r.term.rank, wp, t + it.t_off + (size_t)j * sum_rank, (int64_t)sum_rank, 1, tail, wp);
+        ops.add(it.out + (j0 + j) * it.ldo + c0, tail, it.out + (j0 + j) * it.ldo + c0, w);
+      }
+    }
+  };
+
+  if (rows <= kLoraDecodeRows) {
+    if (st.quant) {
+      for (int32_t j = 0; j < rows; ++j) st.quant->fn(a + j * lda, lora_act_.data() + (size_t)j * act_stride, n_in);
+    }
+    pool_.parallel_for(threads, [&](int64_t task, int thread) {
+      float* t = lora_t_.data() + (size_t)thread * (size_t)kLoraDecodeRows * sum_rank;
+      compute_t(0, rows, t);
+      for (int it = 0; it < n_items; ++it) {  // the pieces spread evenly over the tasks
+        const int64_t pieces = (items[it].n_out + kLoraPiece - 1) / kLoraPiece;
+        add_tb(items[it], pieces * task / threads, pieces * (task + 1) / threads, 0, rows, t);
       }
     });
+    return;
   }
+  const int32_t chunk = kLoraRowChunk;
+  pool_.parallel_for((rows + chunk - 1) / chunk, [&](int64_t task, int) {
+    const int32_t j0 = (int32_t)task * chunk, nj = std::min(chunk, rows - j0);
+    if (st.quant) {
+      for (int32_t j = j0; j < j0 + nj; ++j) st.quant->fn(a + j * lda, lora_act_.data() + (size_t)j * act_stride, n_in);
+    }
+    float* t = lora_t_.data() + (size_t)j0 * sum_rank;
+    compute_t(j0, nj, t);
+    for (int it = 0; it < n_items; ++it) {
+      add_tb(items[it], 0, (items[it].n_out + kLoraPiece - 1) / kLoraPiece, j0, nj, t);
+    }
+  });
 }
 
 Executor::~Executor() {
@@ -403,7 +512,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       attention(n, m, pos0);
       break;
     case Op::lora:
-      lora(n, rows);
+      if (lora_group_end_[index] > index) lora(index, rows);  // the rest of a group ran with its first
       break;
     case Op::select_rows:
     case Op::drop_rows: {

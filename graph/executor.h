@@ -28,10 +28,17 @@ struct MatmulObserver {
 // One adapter's term at a lora node (Op::lora): out += scale * B (A a).
 struct LoraTerm {
   const kernels::PackedWeight* a = nullptr;  // A: (rank, n_in), as the matmul kernels read it
-  const uint16_t* bt = nullptr;              // B transposed, F16: (rank, n_out); row k = column k of B
+  // B (n_out, rank) in Q8_0, its columns padded with zeros to a multiple of
+  // 32, in pieces of kLoraPiece columns: piece p (columns [64p, 64p + w),
+  // w = 64 but for a last piece of 32) holds rank rows of its w / 32 blocks,
+  // contiguous (kernels OpsTable::lora_add), so a task reads its columns as
+  // one stream.
+  const void* b = nullptr;
   int32_t rank = 0;
   float scale = 0.0f;
 };
+
+constexpr int64_t kLoraPiece = 64;
 
 class Executor {
  public:
@@ -112,7 +119,11 @@ class Executor {
   void attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt);
   void self_attention(const Node& n, int32_t rows);
   void round_staged(int layer, int32_t m);
-  void lora(const Node& n, int32_t rows);
+  // The lora nodes [first, lora_group_end_[first]), which read one input.
+  void lora(size_t first, int32_t rows);
+  static constexpr int kMaxLoraItems = 64;     // adapter terms in one group
+  static constexpr int32_t kLoraDecodeRows = 4;  // up to this many rows: columns split over tasks
+  static constexpr int32_t kLoraRowChunk = 16;   // else: rows per task
   float* ptr(int t) const { return base_[(size_t)t]; }
   int64_t ld(int t) const { return stride_[(size_t)t]; }
 
@@ -144,7 +155,8 @@ class Executor {
     MatmulStep step;  // A's kernels
   };
   std::vector<std::vector<LoraRun>> lora_;  // per lora slot
-  std::vector<float> lora_t_;               // A a of a block: n_batch x rank
+  std::vector<size_t> lora_group_end_;      // per node: one past its group when it starts one, else 0
+  std::vector<float> lora_t_;               // A a of a block: rows x the group's ranks
   std::vector<uint8_t> lora_act_;           // the block's activations quantized for A
 };
 

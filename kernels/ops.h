@@ -192,6 +192,12 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   void (*silu)(const float* x, float* y, int64_t n);
   // y += a * x (x and y must not overlap); fused or not, per the ISA.
   void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // A LoRA adapter's B applied (graph::LoraTerm): y[j * ldy + c] +=
+  // sum_k t[j * ldt + k] * B[k][c] for rows j < n and columns c < w; b holds
+  // rank rows of w / 32 BlockQ8_0 (w a multiple of 32), one piece of B.  t
+  // carries the adapter's scale.  Per element, the terms in order of k.
+  void (*lora_add)(const void* b, int32_t rank, int64_t w, const float* t, int64_t ldt, int32_t n,
+                   float* y, int64_t ldy);
   Isa isa;
   const char* name;
 };
@@ -208,7 +214,7 @@ struct OpsTable {  // one per ISA; the same signatures as the refs
   X(a, b, add, add_f32) X(a, b, mul, mul_f32) X(a, b, fp32_to_fp16, fp32_to_fp16)         \
   X(a, b, fp16_to_fp32, fp16_to_fp32) X(a, b, quantize_row_q8_0, quantize_row_q8_0)       \
   X(a, b, attention, attention) X(a, b, add_layernorm, add_layernorm_f32)                 \
-  X(a, b, silu, silu_f32) X(a, b, axpy, axpy_f32)
+  X(a, b, silu, silu_f32) X(a, b, axpy, axpy_f32) X(a, b, lora_add, lora_add_q8_0)
 #define LILIMS_OPS_TABLE_ENTRIES(X) LILIMS_OPS_TABLE_LIST(LILIMS_OPS_APPLY_, X, ~)
 #define LILIMS_OPS_APPLY_(X, unused, field, base) X(field, base)
 

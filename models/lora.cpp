@@ -1,5 +1,7 @@
 #include "models/lora.h"
 
+#include "graph/executor.h"
+
 #include <cmath>
 #include <map>
 #include <new>
@@ -152,20 +154,26 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
       }
       w.a = kernels::pack_weight(at, w.a_bytes.data(), w.rank, w.n_in, /*allow_repack=*/true);
       if (!w.a.storage.empty()) std::vector<uint8_t>().swap(w.a_bytes);  // repacked: the copy is enough
-      w.bt.resize((size_t)rank * (size_t)w.n_out);
-      for (int64_t o = 0; o < w.n_out; ++o) {
+      // Row k of B^T, one piece of columns at a time, quantized in 32-blocks
+      // (zeros past n_out in the last block).
+      const int64_t padded = (w.n_out + quant::kBlock - 1) / quant::kBlock * quant::kBlock;
+      w.b.resize((size_t)padded / quant::kBlock * rank * sizeof(quant::BlockQ8_0));
+      std::vector<float> col(graph::kLoraPiece);
+      for (int64_t c0 = 0; c0 < padded; c0 += graph::kLoraPiece) {
+        const int64_t width = std::min<int64_t>(graph::kLoraPiece, padded - c0);
+        uint8_t* piece = w.b.data() + (size_t)(c0 / quant::kBlock) * rank * sizeof(quant::BlockQ8_0);
         for (uint64_t k = 0; k < rank; ++k) {
-          const uint16_t h = fp32_to_fp16(b[(size_t)o * rank + k]);
-          if (!std::isfinite(fp16_to_fp32(h))) {
-            fail(LILIMS_ERR_BAD_FORMAT, tb->name + ": a value beyond the range of F16");
+          for (int64_t c = 0; c < width; ++c) {
+            col[(size_t)c] = c0 + c < w.n_out ? b[(size_t)(c0 + c) * rank + k] : 0.0f;
           }
-          w.bt[k * (size_t)w.n_out + (size_t)o] = h;
+          quant::quantize_row(quant::Type::Q8_0, col.data(),
+                              piece + k * (size_t)(width / quant::kBlock) * sizeof(quant::BlockQ8_0), width);
         }
       }
     } catch (const std::bad_alloc&) {
       fail(LILIMS_ERR_OUT_OF_MEMORY, target + ": no memory for the adapter's weights");
     }
-    ad->bytes += w.a.storage.size() + w.a_bytes.size() + w.bt.size() * sizeof(uint16_t);
+    ad->bytes += w.a.storage.size() + w.a_bytes.size() + w.b.size();
     ad->weights.push_back(std::move(w));
   }
   return ad;

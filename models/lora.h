@@ -12,9 +12,11 @@
 // up) is adapted by its parts' names, each on its own rows.
 //
 // In memory, A is held as the matmul kernels read it (Q8_0, repacked like
-// the base's weights; F32 when n_in is not a multiple of 32) and B transposed
-// in F16 (rank rows of n_out), which the executor adds row by row: about a
-// quarter of the F32 file's bytes, so that decode reads little beside the base.
+// the base's weights; F32 when n_in is not a multiple of 32) and B in Q8_0,
+// cut into pieces of 64 output columns that each hold all rank rows of their
+// columns (graph::LoraTerm::b), so that a task streams its columns: about a
+// quarter of the F32 file's bytes, so that decode reads little beside the
+// base.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ struct LoraWeight {
   int64_t n_in = 0, n_out = 0;
   kernels::PackedWeight a;       // (rank, n_in)
   std::vector<uint8_t> a_bytes;  // A's GGUF-layout bytes when `a` reads them in place
-  std::vector<uint16_t> bt;      // (rank, n_out) F16: B transposed
+  std::vector<uint8_t> b;        // B in Q8_0, in graph::LoraTerm::b's pieces of columns
 };
 
 struct LoraAdapter {

@@ -262,6 +262,33 @@ void axpy_f32__neon(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
+// As the AVX2 kernel: per 32-column block, eight accumulators over every k.
+void lora_add_q8_0__neon(const void* b, int32_t rank, int64_t w, const float* t, int64_t ldt,
+                         int32_t n, float* y, int64_t ldy) {
+  const auto* blocks = static_cast<const quant::BlockQ8_0*>(b);
+  const int64_t nb = w / quant::kBlock;
+  for (int32_t j = 0; j < n; ++j) {
+    const float* tj = t + j * ldt;
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      float* out = y + j * ldy + bi * quant::kBlock;
+      float32x4_t acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = vld1q_f32(out + 4 * i);
+      for (int32_t k = 0; k < rank; ++k) {
+        const quant::BlockQ8_0& blk = blocks[(size_t)k * (size_t)nb + (size_t)bi];
+        const float c = tj[k] * fp16_to_fp32(blk.d);
+        const int8x16_t q0 = vld1q_s8(blk.q), q1 = vld1q_s8(blk.q + 16);
+        const int16x8_t h[4] = {vmovl_s8(vget_low_s8(q0)), vmovl_s8(vget_high_s8(q0)),
+                                vmovl_s8(vget_low_s8(q1)), vmovl_s8(vget_high_s8(q1))};
+        for (int i = 0; i < 4; ++i) {
+          acc[2 * i] = vfmaq_n_f32(acc[2 * i], vcvtq_f32_s32(vmovl_s16(vget_low_s16(h[i]))), c);
+          acc[2 * i + 1] = vfmaq_n_f32(acc[2 * i + 1], vcvtq_f32_s32(vmovl_s16(vget_high_s16(h[i]))), c);
+        }
+      }
+      for (int i = 0; i < 8; ++i) vst1q_f32(out + 4 * i, acc[i]);
+    }
+  }
+}
+
 void fp32_to_fp16__neon(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {

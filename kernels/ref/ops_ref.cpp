@@ -193,6 +193,24 @@ void axpy_f32__ref(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// b: (rank, w / 32 blocks) of Q8_0; each element of y gets d_k * q_k * t_k
+// added in order of k, as (t_k d_k) q_k.
+void lora_add_q8_0__ref(const void* b, int32_t rank, int64_t w, const float* t, int64_t ldt,
+                        int32_t n, float* y, int64_t ldy) {
+  const auto* blocks = static_cast<const quant::BlockQ8_0*>(b);
+  const int64_t nb = w / quant::kBlock;
+  for (int32_t j = 0; j < n; ++j) {
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      float* out = y + j * ldy + bi * quant::kBlock;
+      for (int32_t k = 0; k < rank; ++k) {
+        const quant::BlockQ8_0& blk = blocks[(size_t)k * (size_t)nb + (size_t)bi];
+        const float c = t[j * ldt + k] * fp16_to_fp32(blk.d);
+        for (int e = 0; e < quant::kBlock; ++e) out[e] = std::fma(c, (float)blk.q[e], out[e]);
+      }
+    }
+  }
+}
+
 void fp32_to_fp16__ref(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }

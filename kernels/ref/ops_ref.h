@@ -91,6 +91,9 @@ void quick_gelu_f32__ref(const float* x, float* y, int64_t n);
 // y = x / (1 + exp(-x))
 void silu_f32__ref(const float* x, float* y, int64_t n);
 void axpy_f32__ref(float a, const float* x, float* y, int64_t n);
+// y[j * ldy + c] += sum_k t[j * ldt + k] * B[k][c]: OpsTable::lora_add.
+void lora_add_q8_0__ref(const void* b, int32_t rank, int64_t w, const float* t, int64_t ldt,
+                         int32_t n, float* y, int64_t ldy);
 void add_f32__ref(const float* a, const float* b, float* y, int64_t n);
 void mul_f32__ref(const float* a, const float* b, float* y, int64_t n);
 

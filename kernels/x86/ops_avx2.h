@@ -21,6 +21,9 @@ void softmax_f32__avx2(float* x, int64_t n);
 void swiglu_f32__avx2(const float* gate, const float* up, float* out, int64_t n);
 void silu_f32__avx2(const float* x, float* y, int64_t n);
 void axpy_f32__avx2(float a, const float* x, float* y, int64_t n);
+// y[j * ldy + c] += sum_k t[j * ldt + k] * B[k][c]: OpsTable::lora_add.
+void lora_add_q8_0__avx2(const void* b, int32_t rank, int64_t w, const float* t, int64_t ldt,
+                         int32_t n, float* y, int64_t ldy);
 void gelu_f32__avx2(const float* x, float* y, int64_t n);
 void gelu_erf_f32__avx2(const float* x, float* y, int64_t n);
 void add_f32__avx2(const float* a, const float* b, float* y, int64_t n);
