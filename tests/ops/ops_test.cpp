@@ -283,6 +283,55 @@ TEST_P(ops_elementwise, axpy) {
   }
 }
 
+// A LoRA B piece (OpsTable::lora_add) against the sum in double, over ranks
+// 1..33, widths of 1 and 2 blocks, 1..5 rows and a row stride above w.
+TEST_P(ops_elementwise, lora_add_q8_0) {
+  SCOPED_TRACE(trace());
+  for (int32_t rank : {1, 2, 3, 8, 16, 17, 33}) {
+    for (int64_t w : {32, 64}) {
+      for (int32_t n : {1, 2, 5}) {
+        SCOPED_TRACE("rank=" + std::to_string(rank) + " w=" + std::to_string(w) + " n=" + std::to_string(n));
+        const int64_t nb = w / quant::kBlock, ldt = rank + 3, ldy = w + 5;
+        std::vector<quant::BlockQ8_0> b((size_t)rank * (size_t)nb);
+        std::uniform_int_distribution<int> q(-127, 127);
+        const auto scales = random_floats(rng_, (int64_t)b.size(), -0.02f, 0.02f);
+        for (size_t i = 0; i < b.size(); ++i) {
+          b[i].d = fp32_to_fp16(scales[i]);
+          for (int e = 0; e < quant::kBlock; ++e) b[i].q[e] = (int8_t)q(rng_);
+        }
+        const auto t = random_floats(rng_, (int64_t)n * ldt, -3, 3);
+        const auto y0 = random_floats(rng_, (int64_t)n * ldy, -2, 2);
+        Buf by(y0);
+        std::vector<float> yr = y0;
+        ops().lora_add(b.data(), rank, w, t.data(), ldt, n, by.p, ldy);
+        kernels::lora_add_q8_0__ref(b.data(), rank, w, t.data(), ldt, n, yr.data(), ldy);
+        for (int32_t j = 0; j < n; ++j) {
+          for (int64_t c = 0; c < ldy; ++c) {
+            const size_t at = (size_t)j * (size_t)ldy + (size_t)c;
+            if (c >= w) {  // past the piece: untouched
+              ASSERT_EQ(by.p[at], y0[at]) << "j=" << j << " c=" << c;
+              continue;
+            }
+            double want = y0[at], mag = std::fabs(y0[at]);
+            for (int32_t k = 0; k < rank; ++k) {
+              const quant::BlockQ8_0& blk = b[(size_t)k * (size_t)nb + (size_t)(c / quant::kBlock)];
+              const double term = (double)t[(size_t)j * (size_t)ldt + (size_t)k] * fp16_to_fp32(blk.d) *
+                                  blk.q[c % quant::kBlock];
+              want += term;
+              mag += std::fabs(term);
+            }
+            // t_k d_k rounds once (u), each fused add once (u |partial sum|
+            // <= u mag): at most (rank + 2) u mag in all.
+            const double tol = (rank + 2) * kEps * mag + 1e-30;
+            ASSERT_NEAR(by.p[at], want, tol) << "j=" << j << " c=" << c;
+            ASSERT_NEAR(yr[at], want, tol) << "j=" << j << " c=" << c << " ref";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(ops_rope, adjacent_and_halves_partial) {
   SCOPED_TRACE(trace());
   struct Case { int n_heads, head_dim, n_rot; };
