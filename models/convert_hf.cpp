@@ -157,10 +157,74 @@ struct Pending {
   std::vector<float> values;  // when hf is null
 };
 
-// HF rows (i, i + d/2) of each head become GGUF rows (2i, 2i + 1).
-std::vector<float> permute_rows(const std::vector<float>& w, uint64_t rows, uint64_t cols,
-                                int64_t n_head, const std::string& name) {
-  if (n_head <= 0 || rows % (2 * static_cast<uint64_t>(n_head)) != 0) {
+// The table's entry for an HF tensor: its GGUF name and layer (-1 before
+// the blocks, INT_MAX after); false when the table has none.  *block_no is
+// the block number the name carries (-1 outside the blocks).
+bool lookup(const Arch& a, const std::string& hf, std::string* out, int* layer,
+            int64_t* block_no) {
+  *block_no = -1;
+  const std::string prefix = "model.layers.";
+  if (hf.compare(0, prefix.size(), prefix) == 0) {
+    size_t at = prefix.size();
+    int64_t n = 0;
+    while (at < hf.size() && hf[at] >= '0' && hf[at] <= '9' && n <= INT32_MAX) {
+      n = n * 10 + (hf[at++] - '0');
+    }
+    if (at > prefix.size() && at < hf.size() && hf[at] == '.' && n <= INT32_MAX) {
+      const std::string rest = hf.substr(at + 1);
+      for (const auto& m : a.layer) {
+        if (rest == m.first) {
+          *out = "blk." + std::to_string(n) + "." + m.second;
+          *layer = static_cast<int>(n);
+          *block_no = n;
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+  for (const auto& m : a.top) {
+    if (hf == m.first) {
+      *out = m.second;
+      *layer = hf == "model.embed_tokens.weight" ? -1 : INT_MAX;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Where an HF tensor goes: its GGUF name and layer; false for tensors that
+// are not weights (buffers some checkpoints carry).
+bool gguf_name(const Arch& a, const std::string& hf, int64_t n_layers, std::string* out,
+               int* layer) {
+  const std::string tail = "rotary_emb.inv_freq";
+  if (hf.size() >= tail.size() && hf.compare(hf.size() - tail.size(), tail.size(), tail) == 0) {
+    return false;
+  }
+  int64_t block_no = -1;
+  if (!lookup(a, hf, out, layer, &block_no)) {
+    unsupported("tensor " + hf + " has no GGUF name for " + a.hf_class);
+  }
+  if (block_no >= n_layers) {
+    bad("tensor " + hf + " is in layer " + std::to_string(block_no) + " but config.json has " +
+        std::to_string(n_layers) + " layers");
+  }
+  return true;
+}
+
+// llama's Q and K rows are reordered for its RoPE (see convert_hf.h).
+HfWeightName::Rows rows_of(const std::string& arch, const std::string& hf) {
+  if (arch != "llama") return HfWeightName::Rows::as_is;
+  if (hf.find("self_attn.q_proj.") != std::string::npos) return HfWeightName::Rows::rope_q;
+  if (hf.find("self_attn.k_proj.") != std::string::npos) return HfWeightName::Rows::rope_k;
+  return HfWeightName::Rows::as_is;
+}
+
+}  // namespace
+
+std::vector<float> permute_rope_rows(const std::vector<float>& w, uint64_t rows, uint64_t cols,
+                                     int64_t n_head, const std::string& name) {
+  if (n_head <= 0 || rows % (2 * static_cast<uint64_t>(n_head)) != 0 || w.size() != rows * cols) {
     bad("tensor " + name + ": " + std::to_string(rows) + " rows do not split into " +
         std::to_string(n_head) + " heads of an even size");
   }
@@ -175,49 +239,17 @@ std::vector<float> permute_rows(const std::vector<float>& w, uint64_t rows, uint
   return out;
 }
 
-// Where an HF tensor goes: its GGUF name and layer; false for tensors that
-// are not weights (buffers some checkpoints carry).
-bool gguf_name(const Arch& a, const std::string& hf, int64_t n_layers, std::string* out,
-               int* layer) {
-  auto ends_with = [&hf](const char* s) {
-    const size_t n = std::char_traits<char>::length(s);
-    return hf.size() >= n && hf.compare(hf.size() - n, n, s) == 0;
-  };
-  if (ends_with("rotary_emb.inv_freq")) return false;
-  const std::string prefix = "model.layers.";
-  if (hf.compare(0, prefix.size(), prefix) == 0) {
-    size_t at = prefix.size();
-    int64_t n = 0;
-    while (at < hf.size() && hf[at] >= '0' && hf[at] <= '9' && n <= INT32_MAX) {
-      n = n * 10 + (hf[at++] - '0');
-    }
-    if (at > prefix.size() && at < hf.size() && hf[at] == '.') {
-      if (n >= n_layers) {
-        bad("tensor " + hf + " is in layer " + std::to_string(n) + " but config.json has " +
-            std::to_string(n_layers) + " layers");
-      }
-      const std::string rest = hf.substr(at + 1);
-      for (const auto& m : a.layer) {
-        if (rest == m.first) {
-          *out = "blk." + std::to_string(n) + "." + m.second;
-          *layer = static_cast<int>(n);
-          return true;
-        }
-      }
-    }
-  } else {
-    for (const auto& m : a.top) {
-      if (hf == m.first) {
-        *out = m.second;
-        *layer = hf == "model.embed_tokens.weight" ? -1 : INT_MAX;
-        return true;
-      }
-    }
+bool hf_weight_gguf_name(const std::string& arch, const std::string& hf, HfWeightName* out) {
+  for (const Arch& a : archs()) {
+    if (arch != a.name) continue;
+    int layer = 0;
+    int64_t block_no = -1;
+    if (!lookup(a, hf, &out->gguf, &layer, &block_no)) return false;
+    out->rows = rows_of(arch, hf);
+    return true;
   }
-  unsupported("tensor " + hf + " has no GGUF name for " + a.hf_class);
+  return false;
 }
-
-}  // namespace
 
 gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
                             std::vector<std::string>* notes) {
@@ -366,10 +398,10 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
       }
       p.values = st_to_f32(t);
       const uint64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
-      const bool is_q = t.name.find("self_attn.q_proj.") != std::string::npos;
-      const bool is_k = t.name.find("self_attn.k_proj.") != std::string::npos;
-      if (A == "llama" && (is_q || is_k)) {
-        p.values = permute_rows(p.values, rows, cols, is_q ? n_head : n_kv, t.name);
+      const HfWeightName::Rows order = rows_of(A, t.name);
+      if (order != HfWeightName::Rows::as_is) {
+        p.values = permute_rope_rows(p.values, rows, cols,
+                                     order == HfWeightName::Rows::rope_q ? n_head : n_kv, t.name);
       }
       ne = t.shape.size() == 2 ? std::vector<uint64_t>{cols, rows} : std::vector<uint64_t>{rows};
     }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,5 +37,26 @@ struct HfConvertOptions {
 // appended to *notes when it is not null.
 gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt = {},
                             std::vector<std::string>* notes = nullptr);
+
+// Where convert_hf_dir puts one HF weight, for converters of other files
+// named after the same model's modules (LoRA adapters: convert_peft.h).
+struct HfWeightName {
+  std::string gguf;  // "blk.3.attn_q.weight"
+  // rope_q / rope_k: llama's q_proj / k_proj, whose rows convert_hf_dir
+  // reorders with permute_rope_rows over attention.head_count (q) or
+  // attention.head_count_kv (k) heads.
+  enum class Rows { as_is, rope_q, rope_k } rows = Rows::as_is;
+};
+// The GGUF name of HF tensor `hf` ("model.layers.3.self_attn.q_proj.weight")
+// in a model of GGUF architecture `arch` ("llama", "phi2", "phi3"); false
+// when convert_hf_dir has none for it.  The block number is not checked.
+bool hf_weight_gguf_name(const std::string& arch, const std::string& hf, HfWeightName* out);
+
+// The rows of w (rows, cols) as llama's RoPE wants them: HF rows (i, i + d/2)
+// of each of the n_head heads (d = rows / n_head) become rows (2i, 2i + 1).
+// Throws LILIMS_ERR_BAD_FORMAT naming `name` when the rows do not split into
+// n_head heads of an even size.
+std::vector<float> permute_rope_rows(const std::vector<float>& w, uint64_t rows, uint64_t cols,
+                                     int64_t n_head, const std::string& name);
 
 }  // namespace lilims::models

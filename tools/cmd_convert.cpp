@@ -1,4 +1,5 @@
-// `lilims convert`: Hugging Face model directories and llama2.c checkpoints to GGUF.
+// `lilims convert`: Hugging Face model directories, PEFT LoRA adapters and
+// llama2.c checkpoints to GGUF.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "base/error.h"
 #include "models/convert_hf.h"
 #include "models/convert_llama2c.h"
+#include "models/convert_peft.h"
 #include "models/requantize.h"
 #include "tools/cli.h"
 #include "tools/progress.h"
@@ -18,13 +20,20 @@ namespace {
 
 const char kUsage[] =
     "usage: lilims convert HF_DIR OUT.gguf [--type F16|F32|Q8_0|Q4_0|Q4_1] [--name NAME]\n"
+    "       lilims convert PEFT_DIR OUT.gguf --base BASE.gguf [--type F32|F16] [--name NAME]\n"
     "       lilims convert IN.bin OUT.gguf [--tokenizer tok.bin] [--tied-output] [--name NAME]\n"
     "  HF_DIR         a Hugging Face model directory: config.json (LlamaForCausalLM,\n"
     "                 PhiForCausalLM or Phi3ForCausalLM), model.safetensors or shards with\n"
     "                 model.safetensors.index.json (F32/F16/BF16), tokenizer.json and\n"
     "                 tokenizer_config.json; laid out as llama.cpp's convert_hf_to_gguf.py\n"
-    "  --type T       HF_DIR only: F16 (default: 2-D weights F16, 1-D F32), F32, or Q8_0,\n"
-    "                 Q4_0, Q4_1 (2-D weights quantized as `lilims quantize` does)\n"
+    "  --type T       HF_DIR: F16 (default: 2-D weights F16, 1-D F32), F32, or Q8_0,\n"
+    "                 Q4_0, Q4_1 (2-D weights quantized as `lilims quantize` does);\n"
+    "                 PEFT_DIR: F32 (default) or F16\n"
+    "  PEFT_DIR       a Hugging Face PEFT LoRA adapter: adapter_config.json and\n"
+    "                 adapter_model.safetensors; written as llama.cpp's GGUF LoRA adapter\n"
+    "                 (convert_lora_to_gguf.py), for use with --lora\n"
+    "  --base B.gguf  PEFT_DIR only, required: the model the adapter is for (its\n"
+    "                 architecture and tensor shapes are read)\n"
     "  IN.bin         a llama2.c checkpoint (legacy version 0 or fp32 version 1)\n"
     "  --tokenizer    llama2.c tokenizer.bin for its vocabulary (without it the GGUF has no\n"
     "                 tokenizer.ggml.* metadata)\n"
@@ -68,8 +77,34 @@ int convert_hf(const std::string& in, const std::string& out, const std::string&
   }
 }
 
+int convert_peft(const std::string& in, const std::string& out, const std::string& base,
+                 const std::string& type_name, const std::string& name) {
+  lilims::models::PeftConvertOptions opt;
+  opt.name = name;
+  if (!type_name.empty()) {
+    const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(type_name);
+    if (!tt || (tt->type != lilims::quant::Type::F32 && tt->type != lilims::quant::Type::F16)) {
+      return lilims::cli::fail("convert",
+                               "unknown type '" + type_name + "' for a PEFT adapter (F32, F16)");
+    }
+    opt.type = tt->type;
+  }
+  try {
+    std::vector<std::string> notes;
+    const lilims::gguf::Writer w = lilims::models::convert_peft_dir(in, base, opt, &notes);
+    for (const std::string& n : notes) {
+      std::fprintf(stderr, "lilims convert: note: %s\n", n.c_str());
+    }
+    w.write(out);
+    std::fprintf(stderr, "lilims convert: wrote %s\n", out.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    return lilims::cli::fail("convert", e.what());
+  }
+}
+
 int cmd_convert(int argc, char** argv) {
-  std::string in, out, tok, type_name;
+  std::string in, out, tok, type_name, base;
   lilims::models::Llama2cOptions opt;
   bool progress = true, name_set = false;
   for (int k = 1; k < argc; ++k) {
@@ -81,9 +116,9 @@ int cmd_convert(int argc, char** argv) {
       if (k + 1 >= argc) return lilims::cli::fail("convert", std::string(a) + " needs a value");
       (a[2] == 't' ? tok : opt.name) = argv[++k];
       name_set |= a[2] == 'n';
-    } else if (!std::strcmp(a, "--type")) {
-      if (k + 1 >= argc) return lilims::cli::fail("convert", "--type needs a value");
-      type_name = argv[++k];
+    } else if (!std::strcmp(a, "--type") || !std::strcmp(a, "--base")) {
+      if (k + 1 >= argc) return lilims::cli::fail("convert", std::string(a) + " needs a value");
+      (a[2] == 't' ? type_name : base) = argv[++k];
     } else if (!std::strcmp(a, "--tied-output")) {
       opt.write_tied_output = true;
     } else if (!std::strcmp(a, "--no-progress")) {
@@ -99,13 +134,28 @@ int cmd_convert(int argc, char** argv) {
     }
   }
   if (in.empty() || out.empty()) {
-    return lilims::cli::fail("convert", "expects HF_DIR or IN.bin, then OUT.gguf (try --help)");
+    return lilims::cli::fail("convert",
+                             "expects HF_DIR, PEFT_DIR or IN.bin, then OUT.gguf (try --help)");
   }
   if (is_directory(in)) {
     if (!tok.empty() || opt.write_tied_output) {
       return lilims::cli::fail("convert", "--tokenizer and --tied-output are for llama2.c checkpoints");
     }
+    if (lilims::models::is_peft_dir(in)) {
+      if (base.empty()) {
+        return lilims::cli::fail("convert", in + " is a PEFT adapter (it has adapter_config.json): "
+                                            "name the model it adapts with --base BASE.gguf");
+      }
+      return convert_peft(in, out, base, type_name, name_set ? opt.name : "");
+    }
+    if (!base.empty()) {
+      return lilims::cli::fail("convert", "--base is for PEFT adapter directories (" + in +
+                                              " has no adapter_config.json)");
+    }
     return convert_hf(in, out, type_name, name_set ? opt.name : "", progress);
+  }
+  if (!base.empty()) {
+    return lilims::cli::fail("convert", "--base is for PEFT adapter directories");
   }
   if (!type_name.empty()) {
     return lilims::cli::fail("convert",
@@ -130,5 +180,6 @@ int cmd_convert(int argc, char** argv) {
 }  // namespace
 
 LILIMS_REGISTER_COMMAND(convert, "convert",
-                        "convert a Hugging Face model directory or a llama2.c checkpoint to GGUF",
+                        "convert a Hugging Face model directory, a PEFT LoRA adapter or a llama2.c "
+                        "checkpoint to GGUF",
                         cmd_convert);
