@@ -84,9 +84,11 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
 
   // The groups of consecutive lora nodes that read one input.
   lora_group_end_.assign(graph_.nodes().size(), 0);
+  slot_node_.assign(graph_.lora_targets().size(), 0);
   for (size_t i = 0; i < graph_.nodes().size(); ++i) {
     const Node& n = graph_.nodes()[i];
     if (n.op != Op::lora) continue;
+    slot_node_[(size_t)n.lora_slot] = i;
     if (i > 0 && graph_.nodes()[i - 1].op == Op::lora && graph_.nodes()[i - 1].a == n.a) continue;
     size_t j = i + 1;
     while (j < graph_.nodes().size() && graph_.nodes()[j].op == Op::lora && graph_.nodes()[j].a == n.a) ++j;
@@ -129,12 +131,17 @@ void Executor::set_lora(const std::vector<std::vector<LoraTerm>>& terms) {
   for (size_t slot = 0; slot < terms.size(); ++slot) {
     const LoraTarget& tg = targets[slot];
     for (const LoraTerm& term : terms[slot]) {
-      if (!term.a || !term.b || term.rank <= 0 || term.a->rows != term.rank || term.a->cols != tg.n_in) {
+      const bool table = graph_.nodes()[slot_node_[slot]].a < 0;
+      const bool fits = term.b && term.rank > 0 &&
+                        (table ? term.a_rows && !term.a
+                               : term.a && !term.a_rows && term.a->rows == term.rank && term.a->cols == tg.n_in);
+      if (!fits) {
         throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[executor] an adapter term for " + tg.name +
                                                      " does not match its shape");
       }
-      LoraRun r{term, matmul_step(isa, plan_.opt.mode == ExecMode::oracle_f32, *term.a,
-                                  plan_.opt.n_batch, plan_.opt.n_threads)};
+      LoraRun r{term, table ? MatmulStep{}
+                            : matmul_step(isa, plan_.opt.mode == ExecMode::oracle_f32, *term.a,
+                                          plan_.opt.n_batch, plan_.opt.n_threads)};
       act_bytes = std::max(act_bytes, r.step.act_stride * rows);
       runs[slot].push_back(r);
     }
@@ -174,7 +181,7 @@ void Executor::set_lora(const std::vector<std::vector<LoraTerm>>& terms) {
 // and adds t B^T to its share of each output's columns; with more (prefill)
 // each task takes a range of rows, quantizes them, and does everything for
 // them.  B's F16 rows are converted once per column range and task.
-void Executor::lora(size_t first, int32_t rows) {
+void Executor::lora(size_t first, int32_t rows, const int32_t* tokens) {
   const auto& nodes = graph_.nodes();
   const size_t end = lora_group_end_[first];
   struct Item {
@@ -197,34 +204,8 @@ void Executor::lora(size_t first, int32_t rows) {
   }
   if (n_items == 0 || rows <= 0) return;
   const Node& n0 = nodes[first];
-  const float* a = ptr(n0.a);
-  const int64_t lda = ld(n0.a), n_in = graph_.tensors()[(size_t)n0.a].cols;
-  const MatmulStep& st = items[0].run->step;  // every A reads the same input: one activation format
-  const size_t act_stride = st.act_stride;
   const kernels::OpsTable& ops = *plan_.ops;
   const int threads = pool_.size();
-
-  // t[j][.] (rows j0.. of the task) for every item, from activation rows
-  // quantized at act (or a itself for F32 A / the oracle).
-  auto compute_t = [&](int32_t j0, int32_t nj, float* t) {
-    for (int it = 0; it < n_items; ++it) {
-      const LoraRun& r = *items[it].run;
-      float* y = t + items[it].t_off;
-      if (!r.step.kern) {
-        kernels::matmul_dequant_f32__ref(*r.term.a, 0, r.term.rank, a + j0 * lda, lda, nj, y, (int64_t)sum_rank);
-      } else if (r.step.quant) {
-        r.step.kern->fn(*r.term.a, 0, r.term.rank, lora_act_.data() + (size_t)j0 * act_stride, act_stride, nj,
-                        y, (int64_t)sum_rank);
-      } else {
-        r.step.kern->fn(*r.term.a, 0, r.term.rank, a + j0 * lda, (size_t)lda * sizeof(float), nj, y,
-                        (int64_t)sum_rank);
-      }
-      for (int32_t j = 0; j < nj; ++j) {  // t carries the term's scale
-        for (int32_t k = 0; k < r.term.rank; ++k) y[(size_t)j * sum_rank + (size_t)k] *= r.term.scale;
-      }
-    }
-  };
-  // out[j][c0..c1) += scale * t[j] B^T for rows [j0, j0 + nj).
   // Pieces [p0, p1) of B (kLoraPiece columns each, LoraTerm::b) for rows
   // [j0, j0 + nj) of the block, whose t (scaled) starts at t.
   auto add_tb = [&](const Item& it, int64_t p0, int64_t p1, int32_t j0, int32_t nj, const float* t) {
@@ -250,6 +231,50 @@ void Executor::lora(size_t first, int32_t rows) {
     }
   };
 
+  if (n0.a < 0) {  // an embedding: A's rows for the tokens (rows given as embeddings have none)
+    if (!tokens) return;
+    float* t = lora_t_.data();
+    for (int32_t j = 0; j < rows; ++j) {
+      for (int it = 0; it < n_items; ++it) {
+        const LoraTerm& term = items[it].run->term;
+        const float* row = term.a_rows + (size_t)tokens[j] * (size_t)term.rank;
+        float* y = t + (size_t)j * sum_rank + items[it].t_off;
+        for (int32_t k = 0; k < term.rank; ++k) y[k] = term.scale * row[k];
+      }
+    }
+    pool_.parallel_for(threads, [&](int64_t task, int) {
+      for (int it = 0; it < n_items; ++it) {
+        const int64_t pieces = (items[it].n_out + kLoraPiece - 1) / kLoraPiece;
+        add_tb(items[it], pieces * task / threads, pieces * (task + 1) / threads, 0, rows, t);
+      }
+    });
+    return;
+  }
+  const float* a = ptr(n0.a);
+  const int64_t lda = ld(n0.a), n_in = graph_.tensors()[(size_t)n0.a].cols;
+  const MatmulStep& st = items[0].run->step;  // every A reads the same input: one activation format
+  const size_t act_stride = st.act_stride;
+
+  // t[j][.] (rows j0.. of the task) for every item, from activation rows
+  // quantized at act (or a itself for F32 A / the oracle).
+  auto compute_t = [&](int32_t j0, int32_t nj, float* t) {
+    for (int it = 0; it < n_items; ++it) {
+      const LoraRun& r = *items[it].run;
+      float* y = t + items[it].t_off;
+      if (!r.step.kern) {
+        kernels::matmul_dequant_f32__ref(*r.term.a, 0, r.term.rank, a + j0 * lda, lda, nj, y, (int64_t)sum_rank);
+      } else if (r.step.quant) {
+        r.step.kern->fn(*r.term.a, 0, r.term.rank, lora_act_.data() + (size_t)j0 * act_stride, act_stride, nj,
+                        y, (int64_t)sum_rank);
+      } else {
+        r.step.kern->fn(*r.term.a, 0, r.term.rank, a + j0 * lda, (size_t)lda * sizeof(float), nj, y,
+                        (int64_t)sum_rank);
+      }
+      for (int32_t j = 0; j < nj; ++j) {  // t carries the term's scale
+        for (int32_t k = 0; k < r.term.rank; ++k) y[(size_t)j * sum_rank + (size_t)k] *= r.term.scale;
+      }
+    }
+  };
   if (rows <= kLoraDecodeRows) {
     if (st.quant) {
       for (int32_t j = 0; j < rows; ++j) st.quant->fn(a + j * lda, lora_act_.data() + (size_t)j * act_stride, n_in);
@@ -512,7 +537,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       attention(n, m, pos0);
       break;
     case Op::lora:
-      if (lora_group_end_[index] > index) lora(index, rows);  // the rest of a group ran with its first
+      if (lora_group_end_[index] > index) lora(index, rows, tokens);  // the rest of a group ran with its first
       break;
     case Op::select_rows:
     case Op::drop_rows: {

@@ -28,6 +28,9 @@ struct MatmulObserver {
 // One adapter's term at a lora node (Op::lora): out += scale * B (A a).
 struct LoraTerm {
   const kernels::PackedWeight* a = nullptr;  // A: (rank, n_in), as the matmul kernels read it
+  // Instead of a, at an embedding's lora node: A as a table (n_rows, rank),
+  // row v for token v.
+  const float* a_rows = nullptr;
   // B (n_out, rank) in Q8_0, its columns padded with zeros to a multiple of
   // 32, in pieces of kLoraPiece columns: piece p (columns [64p, 64p + w),
   // w = 64 but for a last piece of 32) holds rank rows of its w / 32 blocks,
@@ -120,7 +123,7 @@ class Executor {
   void self_attention(const Node& n, int32_t rows);
   void round_staged(int layer, int32_t m);
   // The lora nodes [first, lora_group_end_[first]), which read one input.
-  void lora(size_t first, int32_t rows);
+  void lora(size_t first, int32_t rows, const int32_t* tokens);
   static constexpr int kMaxLoraItems = 64;     // adapter terms in one group
   static constexpr int32_t kLoraDecodeRows = 4;  // up to this many rows: columns split over tasks
   static constexpr int32_t kLoraRowChunk = 16;   // else: rows per task
@@ -156,6 +159,7 @@ class Executor {
   };
   std::vector<std::vector<LoraRun>> lora_;  // per lora slot
   std::vector<size_t> lora_group_end_;      // per node: one past its group when it starts one, else 0
+  std::vector<size_t> slot_node_;           // per lora slot: its node
   std::vector<float> lora_t_;               // A a of a block: rows x the group's ranks
   std::vector<uint8_t> lora_act_;           // the block's activations quantized for A
 };

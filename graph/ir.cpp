@@ -209,6 +209,11 @@ void Graph::lora(int a, int out, const std::string& name) {
   lora_targets_.push_back(LoraTarget{name, cols(a), cols(out)});
 }
 
+void Graph::lora_embedding(int out, const std::string& name, int64_t n_rows) {
+  push(Op::lora, out, -1, out).lora_slot = (int)lora_targets_.size();
+  lora_targets_.push_back(LoraTarget{name, n_rows, cols(out)});
+}
+
 int Graph::drop_rows(int a, int first_row, const std::string& name) {
   if (first_row < 0) bad("drop_rows " + name + ": negative count");
   const int out = tensor(name, cols(a));

@@ -60,7 +60,8 @@ enum class Op : uint8_t {
   drop_rows,    // out = a without its first `first_row` rows; every later node runs on
                 // that many fewer rows
   lora,         // out += s * B (A a) for each adapter the executor holds for lora_slot (none:
-                // nothing); out is the output (or a view of it) of the matmul of a
+                // nothing); out is the output (or a view of it) of the matmul of a; without
+                // a (the token embedding's), A a is the row of A for each row's token
 };
 const char* op_name(Op op);
 
@@ -151,6 +152,9 @@ class Graph {
   // Adapters of the weight `name` (n_out = cols(out) rows, n_in = cols(a)
   // columns) add their term to out, the output of that weight's matmul of a.
   void lora(int a, int out, const std::string& name);
+  // The same for the embedding table `name` of n_rows rows, whose lookup
+  // wrote out: A a is then A's row for each row's token.
+  void lora_embedding(int out, const std::string& name, int64_t n_rows);
 
   const ModelShape& shape() const { return shape_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }

@@ -147,6 +147,7 @@ Graph build_graph(const Model& m, const BuildOptions& opt) {
   g.begin_chunk(ChunkKind::embed);
   Stream s{g.tensor("x", hp.n_embd), g.tensor("rope_cos", hp.n_rot / 2), g.tensor("rope_sin", hp.n_rot / 2)};
   g.embed(embedding_table(m), s.x);
+  if (opt.lora) g.lora_embedding(s.x, m.tok_embd.name, hp.n_vocab);
   g.rope_table(s.cos, s.sin);
 
   // chunks 1..N: chunk_layers transformer blocks each

@@ -66,6 +66,7 @@ std::vector<AdaptableWeight> adaptable_weights(const Model& m) {
     for (const Weight* w : L.weights()) add(*w);
   }
   if (!m.tied_output) add(m.output);
+  out.push_back({m.tok_embd.name, m.tok_embd.rows, m.tok_embd.cols, true});
   return out;
 }
 
@@ -110,9 +111,6 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
     const gguf::TensorInfo* tb = pairs[target].second;
     if (!ta) fail(LILIMS_ERR_BAD_FORMAT, target + ".lora_b has no " + target + ".lora_a");
     if (!tb) fail(LILIMS_ERR_BAD_FORMAT, target + ".lora_a has no " + target + ".lora_b");
-    if (target == "token_embd.weight") {
-      fail(LILIMS_ERR_UNSUPPORTED, ta->name + ": adapters of the token embedding are not supported");
-    }
     const auto it = targets.find(target);
     if (it == targets.end()) {
       fail(LILIMS_ERR_INVALID_ARGUMENT, ta->name + ": the model has no weight '" + target +
@@ -122,10 +120,13 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
     if (ta->ne.size() != 2 || tb->ne.size() != 2) {
       fail(LILIMS_ERR_BAD_FORMAT, target + ": lora_a and lora_b must be 2-D");
     }
-    const uint64_t rank = ta->ne[1];
-    if (ta->ne[0] != (uint64_t)tw.n_in) {
-      fail(LILIMS_ERR_INVALID_ARGUMENT, ta->name + ": " + std::to_string(ta->ne[0]) +
-                                            " inputs, the model's weight has " + std::to_string(tw.n_in));
+    // (n_in, n_out): A ne [n_in, rank], B ne [rank, n_out]; the embedding's
+    // A ne [rank, n_vocab].
+    const uint64_t rank = tw.embedding ? ta->ne[0] : ta->ne[1];
+    const uint64_t a_in = tw.embedding ? ta->ne[1] : ta->ne[0];
+    if (a_in != (uint64_t)tw.n_in) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, ta->name + ": " + std::to_string(a_in) + (tw.embedding ? " rows" : " inputs") +
+                                            ", the model's weight has " + std::to_string(tw.n_in));
     }
     if (tb->ne[1] != (uint64_t)tw.n_out) {
       fail(LILIMS_ERR_INVALID_ARGUMENT, tb->name + ": " + std::to_string(tb->ne[1]) +
@@ -143,9 +144,13 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
     w.rank = (int32_t)rank;
     w.n_in = tw.n_in;
     w.n_out = tw.n_out;
+    w.embedding = tw.embedding;
     try {
-      const std::vector<float> a = floats_of(*ta);  // (rank, n_in)
+      std::vector<float> a = floats_of(*ta);  // (rank, n_in); the embedding's (n_vocab, rank)
       const std::vector<float> b = floats_of(*tb);  // (n_out, rank)
+      if (w.embedding) {
+        w.a_rows = std::move(a);
+      } else {
       const quant::Type at = w.n_in % quant::kBlock == 0 ? quant::Type::Q8_0 : quant::Type::F32;
       const size_t rb = quant::row_bytes(at, w.n_in);
       w.a_bytes.resize(rb * rank);
@@ -154,6 +159,7 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
       }
       w.a = kernels::pack_weight(at, w.a_bytes.data(), w.rank, w.n_in, /*allow_repack=*/true);
       if (!w.a.storage.empty()) std::vector<uint8_t>().swap(w.a_bytes);  // repacked: the copy is enough
+      }
       // Row k of B^T, one piece of columns at a time, quantized in 32-blocks
       // (zeros past n_out in the last block).
       const int64_t padded = (w.n_out + quant::kBlock - 1) / quant::kBlock * quant::kBlock;
@@ -173,7 +179,7 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
     } catch (const std::bad_alloc&) {
       fail(LILIMS_ERR_OUT_OF_MEMORY, target + ": no memory for the adapter's weights");
     }
-    ad->bytes += w.a.storage.size() + w.a_bytes.size() + w.b.size();
+    ad->bytes += w.a.storage.size() + w.a_bytes.size() + w.b.size() + w.a_rows.size() * sizeof(float);
     ad->weights.push_back(std::move(w));
   }
   return ad;
@@ -195,29 +201,38 @@ gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const g
       out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
       continue;
     }
+    if (w->embedding && model.tied_output) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, t.name + ": the model's LM head is this table; merged, the adapter "
+                                                 "would change the head too, which applied unmerged it does not");
+    }
     quant::ReadableType rt;
     if (!t.data || !quant::readable_type(t.type, &rt)) {
       fail(LILIMS_ERR_UNSUPPORTED, t.name + ": cannot read its type " + quant::ggml_type_name(t.type));
     }
-    if (w->n_in % tt.block_size != 0) {
-      fail(LILIMS_ERR_INVALID_ARGUMENT, t.name + ": " + std::to_string(w->n_in) +
+    const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.ne[1];  // the embedding's: n_embd, n_vocab
+    if (cols % tt.block_size != 0) {
+      fail(LILIMS_ERR_INVALID_ARGUMENT, t.name + ": " + std::to_string(cols) +
                                             " columns are not whole " + tt.name + " blocks");
     }
     const std::vector<float> a = floats_of(*adapter.find_tensor(t.name + ".lora_a"));  // (rank, n_in)
     const std::vector<float> b = floats_of(*adapter.find_tensor(t.name + ".lora_b"));  // (n_out, rank)
     const float s = ad->scale(*w, user_scale);
-    const size_t in_rb = (size_t)w->n_in / (size_t)rt.block_size * rt.block_bytes;
-    const size_t out_rb = quant::row_bytes(type, w->n_in);
-    std::vector<float> row((size_t)w->n_in);
-    std::vector<uint8_t> bytes(out_rb * (size_t)w->n_out);
-    for (int64_t o = 0; o < w->n_out; ++o) {
-      rt.to_float(t.data + (size_t)o * in_rb, row.data(), w->n_in);
-      for (int32_t k = 0; k < w->rank; ++k) {
+    const size_t in_rb = (size_t)cols / (size_t)rt.block_size * rt.block_bytes;
+    const size_t out_rb = quant::row_bytes(type, cols);
+    std::vector<float> row((size_t)cols);
+    std::vector<uint8_t> bytes(out_rb * (size_t)rows);
+    for (int64_t o = 0; o < rows; ++o) {
+      rt.to_float(t.data + (size_t)o * in_rb, row.data(), cols);
+      for (int32_t k = 0; k < w->rank && !w->embedding; ++k) {
         const float c = s * b[(size_t)o * (size_t)w->rank + (size_t)k];
-        const float* ak = a.data() + (size_t)k * (size_t)w->n_in;
-        for (int64_t i = 0; i < w->n_in; ++i) row[(size_t)i] += c * ak[i];
+        const float* ak = a.data() + (size_t)k * (size_t)cols;
+        for (int64_t i = 0; i < cols; ++i) row[(size_t)i] += c * ak[i];
       }
-      quant::quantize_row(type, row.data(), bytes.data() + (size_t)o * out_rb, w->n_in);
+      for (int32_t k = 0; k < w->rank && w->embedding; ++k) {  // row o is token o's: += s B a_row(o)
+        const float c = s * a[(size_t)o * (size_t)w->rank + (size_t)k];
+        for (int64_t i = 0; i < cols; ++i) row[(size_t)i] += c * b[(size_t)i * (size_t)w->rank + (size_t)k];
+      }
+      quant::quantize_row(type, row.data(), bytes.data() + (size_t)o * out_rb, cols);
     }
     out.add_tensor(t.name, t.ne, (uint32_t)type, bytes.data(), bytes.size());
   }

@@ -9,7 +9,11 @@
 //   W.lora_b  ggml ne [rank, n_out]  (n_out rows of rank)
 // so that W x becomes W x + scale * B (A x), scale = user_scale * alpha / rank
 // (llama.cpp's llm_build_lora_mm).  A weight a load stacked (Q, K, V; gate and
-// up) is adapted by its parts' names, each on its own rows.
+// up) is adapted by its parts' names, each on its own rows.  The token
+// embedding's pair is laid out as llama.cpp's llm_build_inp_embd reads it:
+// token_embd.weight.lora_a ne [rank, n_vocab] (a row per token) and .lora_b
+// ne [rank, n_embd]; each token's row gets scale * B a_row(token).  A tied LM
+// head reads the table without the adapter (llama.cpp has no such case).
 //
 // In memory, A is held as the matmul kernels read it (Q8_0, repacked like
 // the base's weights; F32 when n_in is not a multiple of 32) and B in Q8_0,
@@ -34,7 +38,9 @@ struct LoraWeight {
   std::string target;            // the base weight's name, e.g. "blk.3.attn_q.weight"
   int32_t rank = 0;
   int64_t n_in = 0, n_out = 0;
+  bool embedding = false;        // the token embedding's: A is a_rows, n_in the vocabulary
   kernels::PackedWeight a;       // (rank, n_in)
+  std::vector<float> a_rows;     // embedding: (n_vocab, rank), row v for token v
   std::vector<uint8_t> a_bytes;  // A's GGUF-layout bytes when `a` reads them in place
   std::vector<uint8_t> b;        // B in Q8_0, in graph::LoraTerm::b's pieces of columns
 };
@@ -55,10 +61,11 @@ struct LoraAdapter {
 
 // The base weights an adapter may adapt, by name: each file tensor a
 // projection of the model reads (a stacked weight by its parts), with its
-// shape.  The token embedding is not among them.
+// shape (the token embedding's n_in is the vocabulary).
 struct AdaptableWeight {
   std::string name;
   int64_t n_in = 0, n_out = 0;
+  bool embedding = false;
 };
 std::vector<AdaptableWeight> adaptable_weights(const Model& m);
 
@@ -66,8 +73,8 @@ std::vector<AdaptableWeight> adaptable_weights(const Model& m);
 // key or tensor: LILIMS_ERR_BAD_FORMAT for a file that is not a LoRA adapter
 // or a pair that does not fit (rank of A and B, shapes), LILIMS_ERR_INVALID_ARGUMENT
 // for an adapter of another architecture or a tensor that names no weight
-// of the base, LILIMS_ERR_UNSUPPORTED for a tensor type lilims cannot read
-// or an adapted token embedding, LILIMS_ERR_OUT_OF_MEMORY.
+// of the base, LILIMS_ERR_UNSUPPORTED for a tensor type lilims cannot read,
+// LILIMS_ERR_OUT_OF_MEMORY.
 std::unique_ptr<LoraAdapter> load_lora(const gguf::File& file, const Model& base);
 
 // The base file with an adapter baked in (`lilims merge-lora`): each adapted
@@ -75,7 +82,8 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& file, const Model& base
 // (not from load_lora's Q8_0 / F16 copies) and written in `type` (F32, F16,
 // Q8_0, Q4_0, Q4_1); every other tensor and key is copied as it is.  `model`
 // is the base loaded from that file (the adapter is checked against it as
-// load_lora does).  Throws lilims::Error.
+// load_lora does).  An adapted token embedding of a model whose LM head is
+// tied to it is refused.  Throws lilims::Error.
 gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const gguf::File& adapter,
                         float user_scale, quant::Type type);
 

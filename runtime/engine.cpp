@@ -234,7 +234,16 @@ void Session::set_adapters(const std::vector<AdapterUse>& adapters) {
     for (const AdapterUse& u : adapters) {
       const models::LoraAdapter& ad = u.adapter->lora();
       if (const models::LoraWeight* w = ad.find(targets[slot].name)) {
-        terms[slot].push_back({&w->a, w->b.data(), w->rank, ad.scale(*w, u.scale)});
+        graph::LoraTerm t;
+        if (w->embedding) {
+          t.a_rows = w->a_rows.data();
+        } else {
+          t.a = &w->a;
+        }
+        t.b = w->b.data();
+        t.rank = w->rank;
+        t.scale = ad.scale(*w, u.scale);
+        terms[slot].push_back(t);
       }
     }
   }

@@ -35,6 +35,7 @@ struct AdapterSpec {
   std::vector<std::string> only;   // substrings of the weights to adapt (empty: every blk.* 2-D weight)
   uint32_t seed = 1;
   std::string arch;                // empty: the base's
+  bool embedding = false;          // also the token embedding (llama.cpp's layout for it)
 };
 
 // An adapter for the base file at `base` in llama.cpp's layout: X.lora_a
@@ -59,6 +60,11 @@ gguf::Writer adapter_for(const std::string& base, const AdapterSpec& spec) {
       w.add_tensor(name, {cols, rows}, 0, v.data(), v.size() * 4);
     }
   };
+  if (spec.embedding) {
+    const gguf::TensorInfo& e = f->require_tensor("token_embd.weight");  // ne [n_embd, n_vocab]
+    put("token_embd.weight.lora_a", (uint64_t)spec.rank, e.ne[1], 1.0f);
+    put("token_embd.weight.lora_b", (uint64_t)spec.rank, e.ne[0], spec.b_scale);
+  }
   for (const gguf::TensorInfo& t : f->tensors()) {
     if (t.ne.size() != 2 || t.name.rfind("blk.", 0) != 0) continue;
     bool take = spec.only.empty();
@@ -177,11 +183,11 @@ TEST(Lora, RefusesAdaptersThatDoNotFit) {
     w.add_tensor("blk.1.attn_q.weight", {64, 4}, 0, z.data(), 64 * 4 * 4);
     expect_refused(w, LILIMS_ERR_BAD_FORMAT, "blk.1.attn_q.weight");
   }
-  {  // the token embedding
+  {  // the token embedding's A laid out as a projection's (ne [n_embd, rank], not [rank, n_vocab])
     gguf::Writer w = base_writer("lora");
     w.add_tensor("token_embd.weight.lora_a", {64, 4}, 0, z.data(), 64 * 4 * 4);
     w.add_tensor("token_embd.weight.lora_b", {4, 64}, 0, z.data(), 64 * 4 * 4);
-    expect_refused(w, LILIMS_ERR_UNSUPPORTED, "token_embd.weight");
+    expect_refused(w, LILIMS_ERR_INVALID_ARGUMENT, "token_embd.weight.lora_a");
   }
   {  // a value that is not finite
     std::vector<float> nan = z;
@@ -254,6 +260,10 @@ TEST(Lora, UnmergedMatchesMergedWeights) {
     // stories260K: ffn_down's 172 inputs keep A in F32; gate's and up's 172
     // outputs pad B's last block.
     expect_merged_equal(stories_path(), {}, mode, 1.0f);
+    AdapterSpec embd;
+    embd.embedding = true;
+    embd.only = {"ffn_down"};
+    expect_merged_equal(stories_path(), embd, mode, 1.0f);
     AdapterSpec f16;
     f16.type = 1;
     f16.rank = 3;

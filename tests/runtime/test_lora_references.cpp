@@ -68,6 +68,8 @@ void check_peft_adapter(const std::string& name) {
 
 TEST(LoraReferences, PeftLlamaAdapter) { check_peft_adapter("llama"); }
 TEST(LoraReferences, PeftPhi3AdapterOnFusedProjections) { check_peft_adapter("phi3"); }
+// embed_tokens (llama.cpp's token_embd layout) and lm_head.
+TEST(LoraReferences, PeftEmbeddingAndHeadAdapter) { check_peft_adapter("llama_embed"); }
 
 }  // namespace
 }  // namespace lilims
