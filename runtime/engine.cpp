@@ -200,8 +200,11 @@ void Session::cancel() {
 }
 
 std::unique_ptr<Adapter> Adapter::open(const Model& model, const std::string& path) {
-  const std::unique_ptr<gguf::File> f = gguf::File::open(path);
-  return std::unique_ptr<Adapter>(new Adapter(model, models::load_lora(*f, model.weights())));
+  return from_file(model, *gguf::File::open(path));
+}
+
+std::unique_ptr<Adapter> Adapter::from_file(const Model& model, const gguf::File& file) {
+  return std::unique_ptr<Adapter>(new Adapter(model, models::load_lora(file, model.weights())));
 }
 
 void Session::set_adapters(const std::vector<AdapterUse>& adapters) {

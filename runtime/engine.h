@@ -280,6 +280,8 @@ class Adapter {
   // Throws lilims::Error as models::load_lora does, LILIMS_ERR_IO or
   // LILIMS_ERR_BAD_FORMAT for a file that cannot be read as GGUF.
   static std::unique_ptr<Adapter> open(const Model& model, const std::string& path);
+  // From a parsed file (the adapter copies what it needs; the file may go).
+  static std::unique_ptr<Adapter> from_file(const Model& model, const gguf::File& file);
   const models::LoraAdapter& lora() const { return *lora_; }
   const Model& model() const { return model_; }
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Fuzzes lilims with libFuzzer + ASan/UBSan.
-#   scripts/fuzz.sh TARGET SECONDS   one target (gguf, tokenizer, safetensors, schema) for SECONDS
+#   scripts/fuzz.sh TARGET SECONDS   one target (gguf, tokenizer, safetensors, schema, lora) for SECONDS
 #   scripts/fuzz.sh all SECONDS      every target, one after the other, SECONDS each
 #                                    (the long run: scripts/fuzz.sh all 3600)
 #   scripts/fuzz.sh --ci             every target for 20 s over the committed corpus
@@ -15,17 +15,17 @@
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${LILIMS_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
-TARGETS="gguf tokenizer safetensors schema"
+TARGETS="gguf tokenizer safetensors schema lora"
 
 usage() {
-  echo "usage: scripts/fuzz.sh (gguf|tokenizer|safetensors|schema|all) SECONDS | --ci" >&2
+  echo "usage: scripts/fuzz.sh (gguf|tokenizer|safetensors|schema|lora|all) SECONDS | --ci" >&2
   exit 2
 }
 
 CI=0
 case "${1:-}" in
   --ci) CI=1; WHAT=all; SECS=20 ;;
-  gguf|tokenizer|safetensors|schema|all) WHAT=$1; SECS=${2:-}; [ -n "$SECS" ] || usage ;;
+  gguf|tokenizer|safetensors|schema|lora|all) WHAT=$1; SECS=${2:-}; [ -n "$SECS" ] || usage ;;
   *) usage ;;
 esac
 case "$SECS" in *[!0-9]*|'') usage ;; esac
@@ -56,7 +56,7 @@ status=0
 for t in $RUN; do
   seeds=$ROOT/tests/fuzz/corpus/$t
   case $t in
-    gguf) opts="-max_len=65536 -rss_limit_mb=2048 -timeout=25" ;;
+    gguf|lora) opts="-max_len=65536 -rss_limit_mb=2048 -timeout=25" ;;
     tokenizer) opts="-max_len=512 -timeout=25" ;;
     safetensors) opts="-max_len=4096 -timeout=25" ;;
     # A schema at the grammar's size limit builds 4 M states: ~11 s under
