@@ -18,6 +18,7 @@
 #include "runtime/json_constraint.h"
 #include "runtime/sampling.h"
 #include "runtime/token_mask.h"
+#include "runtime/tool_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lilims::runtime {
@@ -62,6 +63,8 @@ class Model {
   // The recognised chat template ("chatml", ...) or "" when the model has none we know.
   const std::string& chat_template() const { return chat_template_; }
   bool has_chat_template_text() const { return has_template_text_; }
+  // The format its chat template writes tool calls in (runtime/tool_format.h).
+  ToolFormat tool_format() const { return tool_format_; }
   const std::string& name() const { return name_; }
   // Every token's decoded bytes (constrained decoding tests them).
   const std::vector<std::string>& pieces() const { return pieces_; }
@@ -83,6 +86,7 @@ class Model {
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::string chat_template_;
+  ToolFormat tool_format_ = ToolFormat::generic;
   bool has_template_text_ = false;
   std::string name_;
   std::vector<std::string> pieces_;

@@ -136,6 +136,7 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Model
     if (v->type == gguf::ValueType::STRING) {
       m->has_template_text_ = true;
       m->chat_template_ = tok::detect_chat_template(v->s);
+      m->tool_format_ = default_tool_format(m->chat_template_, v->s);
     }
   }
   m->name_ = file->get_string_or("general.name", "");

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
+#include "runtime/tool_format.h"
 #include "runtime/tools.h"
 #include "runtime/vision.h"
 #include "tokenizer/chat.h"
@@ -66,7 +67,12 @@ void usage() {
       "  --tools FILE           tools the model may call (one tool object or an array;\n"
       "                         repeatable): they are described in the system turn and\n"
       "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
-"  --trigger TEXT         with --json, --json-schema or --tools: free text until the\n"
+"  --tool-format NAME     how the tools are described and the call is written: generic,\n"
+      "                         hermes (Qwen2.5), smollm2, llama3, phi4 (default: the model's\n"
+      "                         chat template's; README, \"Tool formats\")\n"
+      "  --tool-choice C        required (default): the answer is a call, opened with the\n"
+      "                         format's mark; auto: text, or a call after the mark\n"
+      "  --trigger TEXT         with --json, --json-schema or --tools: free text until the\n"
       "                         output spells TEXT, then the value (a tool call after a\n"
       "                         preamble, or no call at all); stdout carries the whole text\n"
       "  --trigger-close TEXT   text appended after the value (e.g. \"</tool_call>\")\n"
@@ -116,7 +122,8 @@ void usage() {
 
 int run_main(int argc, char** argv) {
   tools::CommonArgs common;
-  std::string prompt, prompt_file, system_prompt, template_name, schema_arg;
+  std::string prompt, prompt_file, system_prompt, template_name, schema_arg, tool_format_arg;
+  bool tool_choice_auto = false;
   std::string load_state, save_state, image_file, mmproj_file;
   std::vector<std::string> tool_files;
   bool have_prompt = false, raw = false, quiet = false, verbose = false, special_in_prompt = false;
@@ -152,6 +159,13 @@ int run_main(int argc, char** argv) {
         schema_arg = next();
       } else if (a == "--tools") {
         tool_files.push_back(next());
+      } else if (a == "--tool-format") {
+        tool_format_arg = next();
+        runtime::tool_format_from_name(tool_format_arg);
+      } else if (a == "--tool-choice") {
+        const std::string c = next();
+        if (c != "auto" && c != "required") throw std::invalid_argument("--tool-choice expects auto or required");
+        tool_choice_auto = c == "auto";
       } else if (a == "--trigger") {
         gen.constraint_trigger = next();
       } else if (a == "--trigger-close") {
@@ -212,16 +226,40 @@ int run_main(int argc, char** argv) {
                             ? schema_arg
                             : tools::read_text_file(schema_arg);
     }
-    if (!tool_files.empty()) {
-      std::vector<runtime::Tool> all;
-      for (const std::string& f : tool_files) {
-        for (runtime::Tool& t : runtime::parse_tools(tools::read_text_file(f))) all.push_back(std::move(t));
+    std::vector<runtime::Tool> all_tools;
+    std::string call_opening;  // a required call's opening mark, as the prompt's end
+    for (const std::string& f : tool_files) {
+      for (runtime::Tool& t : runtime::parse_tools(tools::read_text_file(f))) all_tools.push_back(std::move(t));
+    }
+    if (!all_tools.empty()) runtime::tools_schema(all_tools);  // the list's checks, before the model loads
+    auto model = tools::open_model(common);
+    if (!all_tools.empty()) {
+      // The format the model's template writes calls in, unless --tool-format
+      // says otherwise; generic keeps --trigger as the mark it describes,
+      // the others bring their own marks (which --trigger / --trigger-close
+      // replace).
+      const runtime::ToolFormat fmt =
+          tool_format_arg.empty() ? model->tool_format() : runtime::tool_format_from_name(tool_format_arg);
+      // auto: the answer is text, a call, or both (a lazy constraint from the
+      // format's opening mark); required: the answer opens with the mark and
+      // is a call.
+      const bool text_allowed = tool_choice_auto || !gen.constraint_trigger.empty();
+      const runtime::ToolPrompt tp =
+          fmt == runtime::ToolFormat::generic && !gen.constraint_trigger.empty()
+              ? runtime::ToolPrompt{runtime::tools_system_prompt(all_tools, gen.constraint_trigger),
+                                    gen.constraint_trigger, "", runtime::tools_schema(all_tools)}
+              : runtime::tool_prompt(fmt, all_tools, text_allowed);
+      gen.json_schema = tp.schema;
+      tools_text = tp.system;
+      if (gen.constraint_close.empty()) gen.constraint_close = tp.close;
+      if (text_allowed) {
+        gen.constraint_trigger = tp.trigger;
+      } else {
+        call_opening = tp.trigger;
       }
-      gen.json_schema = runtime::tools_schema(all);
-      tools_text = runtime::tools_system_prompt(all, gen.constraint_trigger);
     }
     const bool constrained = gen.json || !gen.json_schema.empty();
-    auto model = tools::open_model(common);
+    if (!call_opening.empty() && (!image_file.empty() || !load_state.empty())) call_opening.clear();
     runtime::Session session(*model, common.session_options(*model));
     const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
     session.set_adapters(adapters.uses);
@@ -254,6 +292,7 @@ int run_main(int argc, char** argv) {
       if (!marked) prompt = std::string(kImageMarkers[0]) + prompt;
     }
     std::vector<Piece> segs;
+    // call_opening (a format's mark before a required call) ends the prompt.
     if (!raw && !tmpl.empty()) {
       std::vector<tok::ChatMessage> msgs;
       // The tools join the system turn (after the caller's own system text).
@@ -297,6 +336,7 @@ int run_main(int argc, char** argv) {
       }
       ids = tok::encode_chat_segments(model->tokenizer(), after, false, special_in_text);
     } else {
+      if (!call_opening.empty()) segs.push_back({call_opening, true});
       ids = tok::encode_chat_segments(model->tokenizer(), segs, bos, special_in_text);
     }
     // A JSON value is printed only once it is complete, so a failure never
@@ -327,6 +367,7 @@ int run_main(int argc, char** argv) {
                                       "for a value (-n or -c)"
                                     : "the JSON output did not close");
       }
+      std::fwrite(call_opening.data(), 1, call_opening.size(), stdout);
       std::fwrite(r.text.data(), 1, r.text.size(), stdout);
     }
     std::fputc('\n', stdout);
