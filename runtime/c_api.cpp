@@ -13,6 +13,7 @@
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
+#include "runtime/tool_format.h"
 #include "runtime/tools.h"
 #include "runtime/vision.h"
 #include "tokenizer/chat.h"
@@ -89,6 +90,14 @@ lilims_status copy_out(const char* fn, const std::string& s, char* out, size_t c
   if (!s.empty()) std::memcpy(out, s.data(), s.size());
   if (nul) out[s.size()] = '\0';
   return LILIMS_OK;
+}
+
+lilims::runtime::ToolFormat tool_format_of(const char* fn, int32_t format) {
+  if (format < LILIMS_TOOL_FORMAT_GENERIC || format > LILIMS_TOOL_FORMAT_PHI4) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[") + fn + "] tool_format " + std::to_string(format) +
+                                                 " is not a lilims_tool_format");
+  }
+  return static_cast<lilims::runtime::ToolFormat>(format);
 }
 
 std::vector<lilims::runtime::Tool> to_tools(const lilims_tool* tools, size_t n) {
@@ -778,7 +787,27 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       if (!*schema) return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] json_schema is empty");
       opt.json_schema = schema;
     }
-    if (n_tools > 0) opt.json_schema = lilims::runtime::tools_schema(to_tools(params->tools, n_tools));
+    std::string prompt_text = prompt ? prompt : "";
+    if (n_tools > 0) {
+      int32_t format = LILIMS_TOOL_FORMAT_GENERIC, choice = 0;
+      if (LILIMS_HAS_FIELD(params, lilims_generate_params, tool_choice)) {
+        format = params->tool_format;
+        choice = params->tool_choice;
+      }
+      if (choice != 0 && choice != 1) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] tool_choice " + std::to_string(choice) +
+                                                          " is neither 0 (required) nor 1 (auto)");
+      }
+      const lilims::runtime::ToolPrompt tp =
+          lilims::runtime::tool_prompt(tool_format_of("generate", format), to_tools(params->tools, n_tools), choice == 1);
+      opt.json_schema = tp.schema;
+      opt.constraint_close = tp.close;
+      if (choice == 1) {
+        opt.constraint_trigger = tp.trigger;
+      } else {
+        prompt_text += tp.trigger;  // the answer opens with the mark: the prompt ends with it
+      }
+    }
     bool reuse_prefix = false;
     if (loop_fields) {
       if (params->n_stop > 0 && !params->stop) return null_arg("generate", "stop");
@@ -812,6 +841,12 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     }
     if (LILIMS_HAS_FIELD(params, lilims_generate_params, n_draft)) opt.n_draft = params->n_draft;
     if (LILIMS_HAS_FIELD(params, lilims_generate_params, constraint_close)) {
+      if (params->constraint_trigger && n_tools > 0 && !opt.constraint_trigger.empty() &&
+          opt.constraint_trigger != params->constraint_trigger) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         "[generate] constraint_trigger with tools and tool_choice auto: the format's "
+                         "opening mark is the trigger");
+      }
       if (params->constraint_trigger) opt.constraint_trigger = params->constraint_trigger;
       if (params->constraint_close) opt.constraint_close = params->constraint_close;
     }
@@ -825,11 +860,10 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
     lilims::runtime::GenerateResult r;
     if (reuse_prefix) {
       Session& s = *session->impl;
-      const auto ids = s.model().tokenizer().encode(prompt ? prompt : "", opt.add_bos,
-                                                    opt.parse_special);
+      const auto ids = s.model().tokenizer().encode(prompt_text, opt.add_bos, opt.parse_special);
       r = s.generate_reusing_prefix(ids, opt);
     } else {
-      r = session->impl->generate(prompt ? prompt : "", opt);
+      r = session->impl->generate(prompt_text, opt);
     }
     if (out_stats) {
       out_stats->n_prompt_tokens = r.n_prompt_tokens;
@@ -859,6 +893,36 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
       }
     }
     return LILIMS_OK;
+  });
+}
+
+int32_t lilims_model_tool_format(const lilims_model* model) {
+  return model ? (int32_t)model->impl->tool_format() : -1;
+}
+
+lilims_status lilims_tools_prompt_format(int32_t format, const lilims_tool* tools, size_t n_tools,
+                                         int32_t allow_text, char* out_text, size_t capacity,
+                                         size_t* out_len) {
+  if (!out_len) return null_arg("tools_prompt_format", "out_len");
+  *out_len = 0;
+  if (!tools && n_tools) return null_arg("tools_prompt_format", "tools");
+  return guarded([&] {
+    const lilims::runtime::ToolPrompt tp = lilims::runtime::tool_prompt(
+        tool_format_of("tools_prompt_format", format), to_tools(tools, n_tools), allow_text != 0);
+    return copy_out("tools_prompt_format", tp.system, out_text, capacity, out_len, true);
+  });
+}
+
+lilims_status lilims_parse_tool_calls(int32_t format, const char* text, size_t text_len, char* out_json,
+                                      size_t capacity, size_t* out_len) {
+  if (!out_len) return null_arg("parse_tool_calls", "out_len");
+  *out_len = 0;
+  if (!text && text_len) return null_arg("parse_tool_calls", "text");
+  return guarded([&] {
+    const auto calls =
+        lilims::runtime::parse_tool_calls(tool_format_of("parse_tool_calls", format), std::string_view(text ? text : "", text_len));
+    return copy_out("parse_tool_calls", lilims::runtime::tool_calls_json(calls), out_json, capacity, out_len,
+                    true);
   });
 }
 

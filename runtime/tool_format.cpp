@@ -184,8 +184,8 @@ ToolPrompt tool_prompt(ToolFormat f, const std::vector<Tool>& tools, bool allow_
   return p;
 }
 
-std::vector<ToolCall> parse_tool_calls(ToolFormat f, std::string_view text, bool allow_text) {
-  const Marks m = marks_of(f, allow_text);
+std::vector<ToolCall> parse_tool_calls(ToolFormat f, std::string_view text) {
+  const Marks m = marks_of(f, true);  // with the opening mark that auto's text uses
   std::vector<ToolCall> out;
   auto take = [&](const Json& v) {
     if (m.list) {
@@ -196,14 +196,24 @@ std::vector<ToolCall> parse_tool_calls(ToolFormat f, std::string_view text, bool
     }
   };
   const std::string_view trigger = m.trigger;
-  if (trigger.empty()) {
-    take(leading_value(text));
+  const size_t first = trigger.empty() ? std::string_view::npos : text.find(trigger);
+  if (first == std::string_view::npos) {
+    // The value alone: a required call of a format without an opening
+    // mark, or the text after the mark its prompt ended with.  Else plain text.
+    const size_t at = text.find_first_not_of(" \t\r\n");
+    if (at != std::string_view::npos && (text[at] == '{' || text[at] == '[')) take(leading_value(text));
     return out;
   }
-  for (size_t at = text.find(trigger); at != std::string_view::npos; at = text.find(trigger, at + 1)) {
+  for (size_t at = first; at != std::string_view::npos; at = text.find(trigger, at + 1)) {
     take(leading_value(text.substr(at + trigger.size())));
   }
   return out;
+}
+
+std::string tool_calls_json(const std::vector<ToolCall>& calls) {
+  Json a = Json::array();
+  for (const ToolCall& c : calls) a.push_back(Json{{"name", c.name}, {"arguments", Json::parse(c.arguments)}});
+  return a.dump();
 }
 
 }  // namespace lilims::runtime

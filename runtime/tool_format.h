@@ -25,6 +25,7 @@
 
 namespace lilims::runtime {
 
+// In the order of the C API's lilims_tool_format.
 enum class ToolFormat { generic, hermes, smollm2, llama3, phi4 };
 
 const char* tool_format_name(ToolFormat f);
@@ -53,9 +54,13 @@ struct ToolCall {
   std::string name;
   std::string arguments;  // a JSON object, compact
 };
-// The calls an answer in format f makes (text: the whole generated text;
-// none when it makes none).  Tolerant of text before the call; throws
-// LILIMS_ERR_BAD_FORMAT when the call's JSON does not parse or lacks a name.
-std::vector<ToolCall> parse_tool_calls(ToolFormat f, std::string_view text, bool allow_text = false);
+// The calls an answer in format f makes: after each opening mark (auto's,
+// for the formats that have none of their own), or, without a mark, the
+// value the text starts with (a required call: the text after the mark its
+// prompt ended with); none for plain text.  Throws LILIMS_ERR_BAD_FORMAT
+// when a call's JSON does not parse or lacks a name.
+std::vector<ToolCall> parse_tool_calls(ToolFormat f, std::string_view text);
+// [{"name": ..., "arguments": {...}}, ...] (compact).
+std::string tool_calls_json(const std::vector<ToolCall>& calls);
 
 }  // namespace lilims::runtime

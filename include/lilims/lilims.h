@@ -396,6 +396,16 @@ lilims_sampling_params lilims_sampling_default_params(void);
 typedef int (*lilims_token_callback)(void *user_data, lilims_token token, const char *text,
                                      size_t text_len);
 
+/* How a model family describes tools and writes its calls
+ * (lilims_generate_params.tool_format; README, "Tool formats"). */
+typedef enum lilims_tool_format {
+  LILIMS_TOOL_FORMAT_GENERIC = 0, /* lilims' own (lilims_tools_prompt): {"name", "arguments"} alone */
+  LILIMS_TOOL_FORMAT_HERMES = 1,  /* Qwen2 / Qwen2.5 / Hermes: <tool_call>{"name", "arguments"}</tool_call> */
+  LILIMS_TOOL_FORMAT_SMOLLM2 = 2, /* SmolLM2: <tool_call>[{"name", "arguments"}, ...]</tool_call> */
+  LILIMS_TOOL_FORMAT_LLAMA3 = 3,  /* Llama 3.1 / 3.2 JSON: {"name", "parameters"} */
+  LILIMS_TOOL_FORMAT_PHI4 = 4     /* Phi-4-mini: <|tool_call|>[{"name", "arguments"}, ...]<|/tool_call|> */
+} lilims_tool_format;
+
 /* A function the model may call (lilims_generate_params.tools). */
 typedef struct lilims_tool {
   const char *name;        /* UTF-8, unique within the list */
@@ -507,6 +517,22 @@ typedef struct lilims_generate_params {
    * parsed), streamed and counted as generated tokens but not evaluated.
    * Room for it is kept.  NULL (the default): none. */
   const char *constraint_close;
+  /* Appended after 0.3.0 (a caller built against an older header gets the defaults). */
+  /* With tools: the format of the call (a lilims_tool_format; default
+   * GENERIC, whose answer is the object alone; lilims_model_tool_format
+   * gives the model's own).  Describe the tools in the system message with
+   * lilims_tools_prompt_format for the same format. */
+  int32_t tool_format;
+  /* With tools: 0 (the default) required: the answer is a call; the
+   * format's opening mark (HERMES and SMOLLM2 "<tool_call>", PHI4
+   * "<|tool_call|>") is appended to the prompt, so the generated text starts
+   * after it, and the closing mark after the value.  1 auto: the answer is
+   * text, or a call after the opening mark (a lazy constraint; GENERIC's
+   * mark is "<tool_call>", LLAMA3's "<|python_tag|>", as the prompt of
+   * lilims_tools_prompt_format with allow_text says).  Any other value is
+   * LILIMS_ERR_INVALID_ARGUMENT; so is constraint_trigger with tools and
+   * auto. */
+  int32_t tool_choice;
 } lilims_generate_params;
 
 lilims_generate_params lilims_generate_default_params(void);
@@ -566,6 +592,28 @@ lilims_status lilims_generate(lilims_session *session, const char *prompt,
  * Same capacity rule as lilims_tokenize; NUL-terminated when it fits. */
 lilims_status lilims_tools_prompt(const lilims_tool *tools, size_t n_tools, char *out_text,
                                   size_t capacity, size_t *out_len);
+
+/* The tool format the model's chat template writes calls in: its
+ * template's tool syntax, else its family's (SmolLM2's own for a ChatML
+ * template without one), else GENERIC.  -1 for NULL. */
+int32_t lilims_model_tool_format(const lilims_model *model);
+
+/* The system text describing tools in `format` (lilims_tool_format);
+ * allow_text: the answer may be plain text (tool_choice auto), which the
+ * formats without an opening mark of their own then describe.  Same
+ * capacity rule as lilims_tokenize. */
+lilims_status lilims_tools_prompt_format(int32_t format, const lilims_tool *tools, size_t n_tools,
+                                         int32_t allow_text, char *out_text, size_t capacity,
+                                         size_t *out_len);
+
+/* The calls an answer in `format` makes, as a JSON array of {"name":
+ * string, "arguments": object} (LLAMA3's "parameters" become "arguments"),
+ * "[]" when it makes none (plain text).  text: the generated text (with or
+ * without the opening mark a required call's prompt ended with).
+ * LILIMS_ERR_BAD_FORMAT when a call does not parse.  Same capacity rule as
+ * lilims_tokenize. */
+lilims_status lilims_parse_tool_calls(int32_t format, const char *text, size_t text_len,
+                                      char *out_json, size_t capacity, size_t *out_len);
 
 /* Asks the eval/generate running on the session at this moment to stop soon
  * (any thread).  The call it interrupts returns LILIMS_ERR_CANCELLED (generate

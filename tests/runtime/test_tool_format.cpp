@@ -48,8 +48,9 @@ TEST(ToolFormat, PromptSchemaAndParserAgree) {
       const std::string call = std::string("{\"name\": \"set_timer\", \"") + key + "\": {\"seconds\": 180}}";
       const std::string value = list ? "[" + call + ", {\"name\":\"ping\",\"" + key + "\":{}}]" : call;
       const std::string answer = "Sure. " + p.trigger + value + p.close;
-      const std::vector<ToolCall> calls =
-          parse_tool_calls(f, p.trigger.empty() ? value : std::string_view(answer), allow_text);
+      const std::vector<ToolCall> calls = parse_tool_calls(f, p.trigger.empty() ? value : std::string_view(answer));
+      // A required call's text after the mark its prompt ended with: the value alone.
+      EXPECT_EQ(parse_tool_calls(f, value + p.close).size(), calls.size());
       ASSERT_EQ(calls.size(), list ? 2u : 1u);
       EXPECT_EQ(calls[0].name, "set_timer");
       EXPECT_EQ(nlohmann::json::parse(calls[0].arguments), nlohmann::json::parse(R"({"seconds":180})"));
@@ -57,7 +58,7 @@ TEST(ToolFormat, PromptSchemaAndParserAgree) {
         EXPECT_EQ(calls[1].name, "ping");
       }
       if (!p.trigger.empty()) {
-        EXPECT_TRUE(parse_tool_calls(f, "No tool fits that.", allow_text).empty());
+        EXPECT_TRUE(parse_tool_calls(f, "No tool fits that.").empty());
       }
     }
   }
@@ -80,7 +81,9 @@ TEST(ToolFormat, BrokenCallsAreErrors) {
   EXPECT_THROW(parse_tool_calls(ToolFormat::hermes, "<tool_call>{\"name\": </tool_call>"), Error);
   EXPECT_THROW(parse_tool_calls(ToolFormat::generic, "{\"arguments\": {}}"), Error);
   EXPECT_THROW(parse_tool_calls(ToolFormat::smollm2, "<tool_call>{\"name\":\"x\"}</tool_call>"), Error);
-  EXPECT_THROW(parse_tool_calls(ToolFormat::generic, "   "), Error);
+  EXPECT_TRUE(parse_tool_calls(ToolFormat::generic, "   ").empty());
+  EXPECT_EQ(tool_calls_json(parse_tool_calls(ToolFormat::llama3, R"({"name":"a","parameters":{"x":[1,"\u00e9"]}})")),
+            R"([{"name":"a","arguments":{"x":[1,"é"]}}])");
   EXPECT_THROW(tool_prompt(ToolFormat::hermes, {}), Error);
 }
 
