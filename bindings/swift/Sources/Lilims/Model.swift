@@ -201,6 +201,10 @@ public final class Model: @unchecked Sendable {
   /// The bytes a session with these options would take beyond the model
   /// (KV cache at full context, scratch, logits): what its memory budget is
   /// checked against.
+  /// The format the model's chat template writes tool calls in: its
+  /// template's tool syntax, else its family's, else `.generic`.
+  public var toolFormat: ToolFormat { ToolFormat(rawValue: lilims_model_tool_format(handle)) ?? .generic }
+
   public func sessionMemoryEstimate(_ options: SessionOptions = SessionOptions()) throws -> UInt64 {
     var params = options.cParams
     var bytes: UInt64 = 0

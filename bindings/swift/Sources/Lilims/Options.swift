@@ -116,6 +116,126 @@ public struct Tool: Sendable {
   }
 }
 
+/// How a model family describes tools and writes its calls
+/// (lilims_tool_format; README, "Tool formats").
+public enum ToolFormat: Int32, Sendable {
+  /// lilims' own: the answer is {"name", "arguments"} alone.
+  case generic = 0
+  /// Qwen2 / Qwen2.5 / Hermes: <tool_call>{"name", "arguments"}</tool_call>.
+  case hermes
+  /// SmolLM2: <tool_call>[{"name", "arguments"}, ...]</tool_call>.
+  case smollm2
+  /// Llama 3.1 / 3.2 JSON: {"name", "parameters"}.
+  case llama3
+  /// Phi-4-mini: <|tool_call|>[...]<|/tool_call|>.
+  case phi4
+}
+
+/// Whether an answer with tools must be a call.
+public enum ToolChoice: Int32, Sendable {
+  /// The answer is a call; the prompt ends with the format's opening mark.
+  case required = 0
+  /// Text, or a call after the format's opening mark.
+  case auto
+}
+
+/// A call the model made: the tool's name and its arguments as JSON text.
+public struct ToolCall: Sendable, Equatable {
+  public let name: String
+  /// A JSON object (compact).
+  public let arguments: String
+
+  /// The calls `text` (a generated answer in `format`) makes; empty for
+  /// plain text.  Throws `.badFormat` when a call does not parse.
+  public static func parse(_ text: String, format: ToolFormat) throws -> [ToolCall] {
+    var utf8 = Array(text.utf8)
+    let json = try utf8.withUnsafeMutableBufferPointer { buffer in
+      try buffer.withMemoryRebound(to: CChar.self) { chars in
+        try readString { lilims_parse_tool_calls(format.rawValue, chars.baseAddress, chars.count, $0, $1, &$2) }
+      }
+    }
+    return try splitCalls(json)
+  }
+}
+
+/// [{"name": "...", "arguments": {...}}, ...] as lilims_parse_tool_calls writes it
+/// (compact; the name a JSON string) into calls, without Foundation's JSON.
+func splitCalls(_ json: String) throws -> [ToolCall] {
+  let bytes = Array(json.utf8)
+  var calls: [ToolCall] = []
+  var i = 0
+  func expect(_ s: String) throws {
+    let want = Array(s.utf8)
+    guard i + want.count <= bytes.count, Array(bytes[i..<i + want.count]) == want else {
+      throw LilimsError(LILIMS_ERR_BAD_FORMAT)
+    }
+    i += want.count
+  }
+  // A JSON string starting at i, decoded (its escapes as JSON defines them).
+  func string() throws -> String {
+    try expect("\"")
+    var out: [UInt8] = []
+    while i < bytes.count && bytes[i] != UInt8(ascii: "\"") {
+      if bytes[i] == UInt8(ascii: "\\") && i + 1 < bytes.count {
+        i += 1
+        switch bytes[i] {
+        case UInt8(ascii: "n"): out.append(10)
+        case UInt8(ascii: "t"): out.append(9)
+        case UInt8(ascii: "r"): out.append(13)
+        case UInt8(ascii: "b"): out.append(8)
+        case UInt8(ascii: "f"): out.append(12)
+        case UInt8(ascii: "u"):
+          guard i + 4 < bytes.count, let v = UInt32(String(decoding: bytes[i + 1...i + 4], as: UTF8.self), radix: 16),
+            let scalar = Unicode.Scalar(v)
+          else { throw LilimsError(LILIMS_ERR_BAD_FORMAT) }
+          out.append(contentsOf: Array(String(Character(scalar)).utf8))
+          i += 4
+        default: out.append(bytes[i])
+        }
+      } else {
+        out.append(bytes[i])
+      }
+      i += 1
+    }
+    try expect("\"")
+    return String(decoding: out, as: UTF8.self)
+  }
+  // The JSON value starting at i (an object): its text, by bracket depth.
+  func value() throws -> String {
+    let start = i
+    var depth = 0
+    var inString = false
+    var escaped = false
+    while i < bytes.count {
+      let c = bytes[i]
+      i += 1
+      if inString {
+        if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true } else if c == UInt8(ascii: "\"") { inString = false }
+        continue
+      }
+      if c == UInt8(ascii: "\"") { inString = true }
+      if c == UInt8(ascii: "{") || c == UInt8(ascii: "[") { depth += 1 }
+      if c == UInt8(ascii: "}") || c == UInt8(ascii: "]") {
+        depth -= 1
+        if depth == 0 { return String(decoding: bytes[start..<i], as: UTF8.self) }
+      }
+    }
+    throw LilimsError(LILIMS_ERR_BAD_FORMAT)
+  }
+  try expect("[")
+  while i < bytes.count && bytes[i] != UInt8(ascii: "]") {
+    if !calls.isEmpty { try expect(",") }
+    try expect("{\"name\":")
+    let name = try string()
+    try expect(",\"arguments\":")
+    let arguments = try value()
+    try expect("}")
+    calls.append(ToolCall(name: name, arguments: arguments))
+  }
+  try expect("]")
+  return calls
+}
+
 /// What generation does when the context is full.
 public enum ContextPolicy: Sendable, Equatable {
   /// Stop (`StopReason.contextFull`).
@@ -154,6 +274,10 @@ public struct GenerateOptions: Sendable {
   /// Non-empty: the output is {"name": <a tool>, "arguments": <its arguments>}.
   /// Describe the tools to the model with `toolsPrompt(_:)`.
   public var tools: [Tool] = []
+  /// With `tools`: the format of the call (`Model.toolFormat` is the
+  /// model's own) and whether the answer must be one.
+  public var toolFormat = ToolFormat.generic
+  public var toolChoice = ToolChoice.required
   public var contextPolicy = ContextPolicy.stop
   /// The prompt is the whole sequence the session should hold (a chat
   /// rendered anew each turn): the part of it already in the session is kept
@@ -206,6 +330,8 @@ public struct GenerateOptions: Sendable {
       .flag(\.reusePrefix, \.reuse_prefix),
       .flag(\.jumpForward, \.jump_forward),
       .int(\.draftTokens, \.n_draft),
+      .raw(\.toolFormat, \.tool_format, unknown: .generic),
+      .raw(\.toolChoice, \.tool_choice, unknown: .required),
       CField(
         load: { o, p in
           o.contextPolicy = p.context_policy == Int32(LILIMS_CONTEXT_SHIFT.rawValue)
@@ -307,6 +433,17 @@ public func toolsPrompt(_ tools: [Tool]) throws -> String {
   let owned = CTools(tools)
   return try withExtendedLifetime(owned) {
     try readString { lilims_tools_prompt(owned.tools, owned.tools.count, $0, $1, &$2) }
+  }
+}
+
+/// The system prompt describing `tools` in `format`; `allowText`: the
+/// answer may be plain text (`ToolChoice.auto`).
+public func toolsPrompt(_ tools: [Tool], format: ToolFormat, allowText: Bool = false) throws -> String {
+  let owned = CTools(tools)
+  return try withExtendedLifetime(owned) {
+    try readString {
+      lilims_tools_prompt_format(format.rawValue, owned.tools, owned.tools.count, allowText ? 1 : 0, $0, $1, &$2)
+    }
   }
 }
 

@@ -99,6 +99,23 @@ public final class Session: @unchecked Sendable {
     }
   }
 
+  /// The adapters every later evaluation applies, each with its scale (the
+  /// adapter's alpha / rank comes on top, as llama.cpp applies it); an empty
+  /// list removes them.  A list other than the current one forgets the
+  /// session's tokens (their KV rows were computed with the old list); the
+  /// same list keeps them.  Runs after the calls made before this one.
+  public func setAdapters(_ adapters: [(adapter: Adapter, scale: Float)]) throws {
+    let handles: [OpaquePointer?] = adapters.map { $0.adapter.handle }
+    let scales = adapters.map { $0.scale }
+    try queue.sync {
+      try handles.withUnsafeBufferPointer { h in
+        try scales.withUnsafeBufferPointer { s in
+          try check(lilims_session_set_adapters(handle, h.baseAddress, s.baseAddress, h.count))
+        }
+      }
+    }
+  }
+
   /// Forgets every token, after the calls made before this one.
   public func reset() throws {
     try queue.sync { try check(lilims_session_reset(handle)) }
