@@ -33,8 +33,9 @@ Json call_schema(const std::vector<Tool>& tools, const char* args_key) {
   return Json{{"anyOf", any}};
 }
 
-Json list_schema(const std::vector<Tool>& tools) {
-  return Json{{"type", "array"}, {"items", call_schema(tools, "arguments")}, {"minItems", 1}};
+// min_items 0: an empty list says that no tool fits (SmolLM2's convention).
+Json list_schema(const std::vector<Tool>& tools, int min_items) {
+  return Json{{"type", "array"}, {"items", call_schema(tools, "arguments")}, {"minItems", min_items}};
 }
 
 ToolCall call_of(const Json& j, const char* args_key) {
@@ -129,7 +130,9 @@ ToolPrompt tool_prompt(ToolFormat f, const std::vector<Tool>& tools, bool allow_
   const Marks m = marks_of(f, allow_text);
   p.trigger = m.trigger;
   p.close = m.close;
-  p.schema = m.list ? list_schema(tools).dump() : f == ToolFormat::llama3 ? call_schema(tools, "parameters").dump() : one;
+  p.schema = m.list ? list_schema(tools, f == ToolFormat::smollm2 ? 0 : 1).dump()
+           : f == ToolFormat::llama3 ? call_schema(tools, "parameters").dump()
+                                     : one;
   switch (f) {
     case ToolFormat::generic:
       p.system = tools_system_prompt(tools, p.trigger);

@@ -10,7 +10,8 @@
 //            <tools></tools>; the answer <tool_call>{"name", "arguments"}</tool_call>
 //   smollm2  SmolLM2's trained function calling (its model card): the tools as
 //            a JSON list between <tools></tools>; the answer
-//            <tool_call>[{"name", "arguments"}, ...]</tool_call>
+//            <tool_call>[{"name", "arguments"}, ...]</tool_call>, where an empty
+//            list says that no tool fits (so a required answer may call none)
 //   llama3   Llama 3.1 / 3.2 JSON tool calling: the tools as JSON objects;
 //            the answer {"name", "parameters"} alone
 //   phi4     Phi-4-mini: <|tool|>[...]<|/tool|> in the system turn; the answer

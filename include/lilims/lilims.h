@@ -401,7 +401,8 @@ typedef int (*lilims_token_callback)(void *user_data, lilims_token token, const 
 typedef enum lilims_tool_format {
   LILIMS_TOOL_FORMAT_GENERIC = 0, /* lilims' own (lilims_tools_prompt): {"name", "arguments"} alone */
   LILIMS_TOOL_FORMAT_HERMES = 1,  /* Qwen2 / Qwen2.5 / Hermes: <tool_call>{"name", "arguments"}</tool_call> */
-  LILIMS_TOOL_FORMAT_SMOLLM2 = 2, /* SmolLM2: <tool_call>[{"name", "arguments"}, ...]</tool_call> */
+  LILIMS_TOOL_FORMAT_SMOLLM2 = 2, /* SmolLM2: <tool_call>[{"name", "arguments"}, ...]</tool_call>;
+                                     [] when no tool fits */
   LILIMS_TOOL_FORMAT_LLAMA3 = 3,  /* Llama 3.1 / 3.2 JSON: {"name", "parameters"} */
   LILIMS_TOOL_FORMAT_PHI4 = 4     /* Phi-4-mini: <|tool_call|>[{"name", "arguments"}, ...]<|/tool_call|> */
 } lilims_tool_format;

@@ -77,6 +77,14 @@ TEST(ToolFormat, MarksOfEachFamily) {
   EXPECT_NE(tool_prompt(ToolFormat::phi4, kTools).system.find("<|tool|>[{\"name\":\"open_app\""), std::string::npos);
 }
 
+// SmolLM2's answer when no tool fits is an empty list; its schema allows it.
+TEST(ToolFormat, Smollm2MayCallNone) {
+  EXPECT_TRUE(parse_tool_calls(ToolFormat::smollm2, "<tool_call>[]</tool_call>").empty());
+  EXPECT_TRUE(parse_tool_calls(ToolFormat::smollm2, "[]</tool_call>").empty());
+  EXPECT_NE(tool_prompt(ToolFormat::smollm2, kTools).schema.find("\"minItems\":0"), std::string::npos);
+  EXPECT_NE(tool_prompt(ToolFormat::phi4, kTools).schema.find("\"minItems\":1"), std::string::npos);
+}
+
 TEST(ToolFormat, BrokenCallsAreErrors) {
   EXPECT_THROW(parse_tool_calls(ToolFormat::hermes, "<tool_call>{\"name\": </tool_call>"), Error);
   EXPECT_THROW(parse_tool_calls(ToolFormat::generic, "{\"arguments\": {}}"), Error);
