@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "models/gguf.h"
+#include "models/lora.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
 #include "test_util.h"
@@ -100,6 +101,28 @@ TEST_P(LoraVsLlamaCpp, Perplexity) {
     EXPECT_EQ(r.n_chunks, p.at("n_chunks").get<int32_t>()) << which;
     EXPECT_LT(rel, kPplTol) << which;
   }
+  // `lilims merge-lora` against llama-export-lora's merge, in the type
+  // llama-export-lora keeps (F32 stays F32, F16 is merged in F32, stored F16).
+  if (!a.at("perplexity").contains("merged_export_lora")) return;
+  const Json& p = a.at("perplexity").at("merged_export_lora");
+  const std::string base = as_llamacpp_runs_it(base_path(a.at("base").get<std::string>()));
+  const auto bf = gguf::File::open(base);
+  const quant::Type type = bf->require_tensor("blk.0.attn_output.weight").type == 0 ? quant::Type::F32
+                                                                                     : quant::Type::F16;
+  const std::string merged = test::temp_path("merged_" + std::string(GetParam()) + ".gguf");
+  models::merge_lora(*bf, run.model->weights(),
+                     *gguf::File::open(test::source_path(a.at("file").get<std::string>())), 1.0f, type)
+      .write(merged);
+  const auto mm = runtime::Model::open(merged);
+  runtime::SessionOptions so;
+  so.n_ctx = so.n_batch = 128;
+  so.n_threads = 2;
+  runtime::Session s(*mm, so);
+  const runtime::PerplexityResult r = runtime::perplexity(s, tokens, 128, p.at("n_chunks").get<int32_t>());
+  const double want = p.at("ppl").get<double>(), rel = std::fabs(r.ppl - want) / want;
+  std::printf("[   info   ] %s merged: lilims ppl %.4f, llama-export-lora's %.4f (%.3f%%)\n", GetParam(), r.ppl, want,
+              100 * rel);
+  EXPECT_LT(rel, kPplTol);
 }
 
 TEST_P(LoraVsLlamaCpp, LogitsAndGreedyTokens) {
