@@ -471,6 +471,7 @@ gguf::Writer convert_peft_dir(const std::string& dir, const std::string& base_pa
   out.add_string("general.name", opt.name.empty() ? dir_name(dir) : opt.name);
   out.add_string("adapter.type", "lora");
   out.add_f32("adapter.lora.alpha", static_cast<float>(alpha));
+  if (!opt.tool_format.empty()) out.add_string("lilims.tool_format", opt.tool_format);
   const int64_t n_head = base->get_int(arch + ".attention.head_count");
   const int64_t n_head_kv = base->get_int_or(arch + ".attention.head_count_kv", n_head);
   for (const gguf::TensorInfo& t : base->tensors()) {

@@ -80,6 +80,7 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
   auto ad = std::make_unique<LoraAdapter>();
   ad->arch = f.get_string_or("general.architecture", "");
   ad->name = f.get_string_or("general.name", "");
+  ad->tool_format = f.get_string_or("lilims.tool_format", "");
   const char* base_arch = arch_name(base.hp.arch);
   if (ad->arch != base_arch) {
     fail(LILIMS_ERR_INVALID_ARGUMENT, "general.architecture: the adapter is for '" + ad->arch +

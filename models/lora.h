@@ -49,6 +49,7 @@ struct LoraAdapter {
   std::string arch;   // general.architecture
   std::string name;   // general.name, or empty
   float alpha = 0.0f; // adapter.lora.alpha
+  std::string tool_format;  // lilims.tool_format: the tool format it was trained with, or empty
   std::vector<LoraWeight> weights;  // in file order
   uint64_t bytes = 0;               // memory the weights above take
 

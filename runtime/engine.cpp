@@ -204,7 +204,16 @@ std::unique_ptr<Adapter> Adapter::open(const Model& model, const std::string& pa
 }
 
 std::unique_ptr<Adapter> Adapter::from_file(const Model& model, const gguf::File& file) {
-  return std::unique_ptr<Adapter>(new Adapter(model, models::load_lora(file, model.weights())));
+  auto lora = models::load_lora(file, model.weights());
+  if (!lora->tool_format.empty()) {
+    try {
+      tool_format_from_name(lora->tool_format);
+    } catch (const Error&) {
+      throw Error(LILIMS_ERR_BAD_FORMAT, "[lora] lilims.tool_format '" + lora->tool_format +
+                                             "' is not a tool format (generic, hermes, smollm2, llama3, phi4)");
+    }
+  }
+  return std::unique_ptr<Adapter>(new Adapter(model, std::move(lora)));
 }
 
 void Session::set_adapters(const std::vector<AdapterUse>& adapters) {

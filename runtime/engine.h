@@ -287,6 +287,9 @@ class Adapter {
   // From a parsed file (the adapter copies what it needs; the file may go).
   static std::unique_ptr<Adapter> from_file(const Model& model, const gguf::File& file);
   const models::LoraAdapter& lora() const { return *lora_; }
+  // The tool format it was trained with (lilims.tool_format), if it says.
+  bool has_tool_format() const { return !lora_->tool_format.empty(); }
+  ToolFormat tool_format() const { return tool_format_from_name(lora_->tool_format); }
   const Model& model() const { return model_; }
 
  private:

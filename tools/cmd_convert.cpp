@@ -12,6 +12,7 @@
 #include "models/convert_hf.h"
 #include "models/convert_llama2c.h"
 #include "models/convert_peft.h"
+#include "runtime/tool_format.h"
 #include "models/requantize.h"
 #include "tools/cli.h"
 #include "tools/progress.h"
@@ -21,6 +22,7 @@ namespace {
 const char kUsage[] =
     "usage: lilims convert HF_DIR OUT.gguf [--type F16|F32|Q8_0|Q4_0|Q4_1] [--name NAME]\n"
     "       lilims convert PEFT_DIR OUT.gguf --base BASE.gguf [--type F32|F16] [--name NAME]\n"
+    "                      [--tool-format NAME]\n"
     "       lilims convert IN.bin OUT.gguf [--tokenizer tok.bin] [--tied-output] [--name NAME]\n"
     "  HF_DIR         a Hugging Face model directory: config.json (LlamaForCausalLM,\n"
     "                 PhiForCausalLM or Phi3ForCausalLM), model.safetensors or shards with\n"
@@ -34,6 +36,9 @@ const char kUsage[] =
     "                 (convert_lora_to_gguf.py), for use with --lora\n"
     "  --base B.gguf  PEFT_DIR only, required: the model the adapter is for (its\n"
     "                 architecture and tensor shapes are read)\n"
+    "  --tool-format NAME  PEFT_DIR only: the tool format the adapter was trained with\n"
+    "                 (generic, hermes, smollm2, llama3, phi4), stored as lilims.tool_format;\n"
+    "                 `lilims run --tools --lora` then uses it\n"
     "  IN.bin         a llama2.c checkpoint (legacy version 0 or fp32 version 1)\n"
     "  --tokenizer    llama2.c tokenizer.bin for its vocabulary (without it the GGUF has no\n"
     "                 tokenizer.ggml.* metadata)\n"
@@ -78,9 +83,10 @@ int convert_hf(const std::string& in, const std::string& out, const std::string&
 }
 
 int convert_peft(const std::string& in, const std::string& out, const std::string& base,
-                 const std::string& type_name, const std::string& name) {
+                 const std::string& type_name, const std::string& name, const std::string& tool_format) {
   lilims::models::PeftConvertOptions opt;
   opt.name = name;
+  opt.tool_format = tool_format;
   if (!type_name.empty()) {
     const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(type_name);
     if (!tt || (tt->type != lilims::quant::Type::F32 && tt->type != lilims::quant::Type::F16)) {
@@ -104,7 +110,7 @@ int convert_peft(const std::string& in, const std::string& out, const std::strin
 }
 
 int cmd_convert(int argc, char** argv) {
-  std::string in, out, tok, type_name, base;
+  std::string in, out, tok, type_name, base, tool_format;
   lilims::models::Llama2cOptions opt;
   bool progress = true, name_set = false;
   for (int k = 1; k < argc; ++k) {
@@ -119,6 +125,14 @@ int cmd_convert(int argc, char** argv) {
     } else if (!std::strcmp(a, "--type") || !std::strcmp(a, "--base")) {
       if (k + 1 >= argc) return lilims::cli::fail("convert", std::string(a) + " needs a value");
       (a[2] == 't' ? type_name : base) = argv[++k];
+    } else if (!std::strcmp(a, "--tool-format")) {
+      if (k + 1 >= argc) return lilims::cli::fail("convert", "--tool-format needs a value");
+      tool_format = argv[++k];
+      try {
+        lilims::runtime::tool_format_from_name(tool_format);
+      } catch (const std::exception& e) {
+        return lilims::cli::fail("convert", e.what());
+      }
     } else if (!std::strcmp(a, "--tied-output")) {
       opt.write_tied_output = true;
     } else if (!std::strcmp(a, "--no-progress")) {
@@ -146,16 +160,17 @@ int cmd_convert(int argc, char** argv) {
         return lilims::cli::fail("convert", in + " is a PEFT adapter (it has adapter_config.json): "
                                             "name the model it adapts with --base BASE.gguf");
       }
-      return convert_peft(in, out, base, type_name, name_set ? opt.name : "");
+      return convert_peft(in, out, base, type_name, name_set ? opt.name : "", tool_format);
     }
+    if (!tool_format.empty()) return lilims::cli::fail("convert", "--tool-format is for PEFT adapter directories");
     if (!base.empty()) {
       return lilims::cli::fail("convert", "--base is for PEFT adapter directories (" + in +
                                               " has no adapter_config.json)");
     }
     return convert_hf(in, out, type_name, name_set ? opt.name : "", progress);
   }
-  if (!base.empty()) {
-    return lilims::cli::fail("convert", "--base is for PEFT adapter directories");
+  if (!base.empty() || !tool_format.empty()) {
+    return lilims::cli::fail("convert", "--base and --tool-format are for PEFT adapter directories");
   }
   if (!type_name.empty()) {
     return lilims::cli::fail("convert",

@@ -68,8 +68,9 @@ void usage() {
       "                         repeatable): they are described in the system turn and\n"
       "                         the output is {\"name\": ..., \"arguments\": {...}}\n"
 "  --tool-format NAME     how the tools are described and the call is written: generic,\n"
-      "                         hermes (Qwen2.5), smollm2, llama3, phi4 (default: the model's\n"
-      "                         chat template's; README, \"Tool formats\")\n"
+      "                         hermes (Qwen2.5), smollm2, llama3, phi4 (default: the one a\n"
+      "                         --lora adapter was trained with, else the model's chat\n"
+      "                         template's; README, \"Tool formats\")\n"
       "  --tool-choice C        required (default): the answer is a call, opened with the\n"
       "                         format's mark; auto: text, or a call after the mark\n"
       "  --trigger TEXT         with --json, --json-schema or --tools: free text until the\n"
@@ -233,13 +234,18 @@ int run_main(int argc, char** argv) {
     }
     if (!all_tools.empty()) runtime::tools_schema(all_tools);  // the list's checks, before the model loads
     auto model = tools::open_model(common);
+    const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
     if (!all_tools.empty()) {
       // The format the model's template writes calls in, unless --tool-format
       // says otherwise; generic keeps --trigger as the mark it describes,
       // the others bring their own marks (which --trigger / --trigger-close
       // replace).
-      const runtime::ToolFormat fmt =
-          tool_format_arg.empty() ? model->tool_format() : runtime::tool_format_from_name(tool_format_arg);
+      // An adapter trained for one format (lilims.tool_format) brings it.
+      runtime::ToolFormat fmt = model->tool_format();
+      for (const auto& a : adapters.owned) {
+        if (a->has_tool_format()) fmt = a->tool_format();
+      }
+      if (!tool_format_arg.empty()) fmt = runtime::tool_format_from_name(tool_format_arg);
       // auto: the answer is text, a call, or both (a lazy constraint from the
       // format's opening mark); required: the answer opens with the mark and
       // is a call.
@@ -261,7 +267,6 @@ int run_main(int argc, char** argv) {
     const bool constrained = gen.json || !gen.json_schema.empty();
     if (!call_opening.empty() && (!image_file.empty() || !load_state.empty())) call_opening.clear();
     runtime::Session session(*model, common.session_options(*model));
-    const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
     session.set_adapters(adapters.uses);
     if (!load_state.empty()) {
       session.load_state_file(load_state);

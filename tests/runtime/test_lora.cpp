@@ -200,6 +200,29 @@ TEST(Lora, RefusesAdaptersThatDoNotFit) {
   {  // no tensors
     expect_refused(base_writer("lora"), LILIMS_ERR_BAD_FORMAT, "no tensors");
   }
+  {  // a tool format lilims does not know
+    gguf::Writer w = adapter_for(stories_path(), spec);
+    w.add_string("lilims.tool_format", "qwen9");
+    expect_refused(w, LILIMS_ERR_BAD_FORMAT, "lilims.tool_format");
+  }
+}
+
+// lilims.tool_format: the format the adapter was trained with.
+TEST(Lora, ToolFormatItWasTrainedWith) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data (stories260K)");
+  const auto model = runtime::Model::open(stories_path());
+  AdapterSpec spec;
+  spec.only = {"blk.0.attn_q."};
+  gguf::Writer w = adapter_for(stories_path(), spec);
+  const std::string plain = test::temp_path("plain.lora.gguf");
+  w.write(plain);
+  EXPECT_FALSE(runtime::Adapter::open(*model, plain)->has_tool_format());
+  w.add_string("lilims.tool_format", "smollm2");
+  const std::string tagged = test::temp_path("tagged.lora.gguf");
+  w.write(tagged);
+  const auto ad = runtime::Adapter::open(*model, tagged);
+  ASSERT_TRUE(ad->has_tool_format());
+  EXPECT_EQ(ad->tool_format(), runtime::ToolFormat::smollm2);
 }
 
 TEST(Lora, ScaleZeroAndNoAdapterGiveTheBase) {
