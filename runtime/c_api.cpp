@@ -563,6 +563,11 @@ lilims_status lilims_adapter_load(lilims_model* model, const char* path, lilims_
 
 void lilims_adapter_free(lilims_adapter* adapter) { delete adapter; }
 
+int32_t lilims_adapter_tool_format(const lilims_adapter* adapter) {
+  if (!adapter || !adapter->impl->has_tool_format()) return -1;
+  return (int32_t)adapter->impl->tool_format();
+}
+
 lilims_status lilims_session_set_adapters(lilims_session* session, lilims_adapter* const* adapters,
                                           const float* scales, size_t n) {
   if (!session) return null_arg("session_set_adapters", "session");

@@ -307,6 +307,11 @@ void lilims_session_free(lilims_session *session);
  * before the sessions are freed.  The base model is never reloaded. */
 lilims_status lilims_adapter_load(lilims_model *model, const char *path, lilims_adapter **out_adapter);
 void lilims_adapter_free(lilims_adapter *adapter);
+/* The tool format (lilims_tool_format) the adapter was trained with, when
+ * its file says (lilims.tool_format, written by `lilims convert PEFT_DIR
+ * --tool-format NAME`); -1 when it does not or for NULL.  Use it for
+ * tool_format and lilims_tools_prompt_format with that adapter. */
+int32_t lilims_adapter_tool_format(const lilims_adapter *adapter);
 lilims_status lilims_session_set_adapters(lilims_session *session, lilims_adapter *const *adapters,
                                           const float *scales, size_t n);
 

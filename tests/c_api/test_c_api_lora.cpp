@@ -56,6 +56,8 @@ TEST(CApiLora, LoadSetSwitchAndFreeInAnyOrder) {
   ASSERT_EQ(lilims_adapter_load(model.get(), adapter_path().c_str(), &ad), LILIMS_OK) << lilims_last_error();
   ASSERT_EQ(lilims_session_set_adapters(s.get(), &ad, nullptr, 1), LILIMS_OK) << lilims_last_error();
   EXPECT_EQ(lilims_session_n_past(s.get()), 0);
+  EXPECT_EQ(lilims_adapter_tool_format(ad), -1);  // its file names none
+  EXPECT_EQ(lilims_adapter_tool_format(nullptr), -1);
   const std::vector<float> with = logits_after(s.get(), info.n_vocab);
   EXPECT_NE(with, base);
   const float half = 0.5f;

@@ -20,4 +20,12 @@ public final class Adapter: @unchecked Sendable {
   }
 
   deinit { lilims_adapter_free(handle) }
+
+  /// The tool format the adapter was trained with, when its file says
+  /// (`lilims convert PEFT_DIR --tool-format NAME`); use it for
+  /// `GenerateOptions.toolFormat` and `toolsPrompt(_:format:)`.
+  public var toolFormat: ToolFormat? {
+    let raw = lilims_adapter_tool_format(handle)
+    return raw < 0 ? nil : ToolFormat(rawValue: raw)
+  }
 }

@@ -25,6 +25,7 @@ final class AdapterTests: XCTestCase {
     let session = try Session(model: model, contextLength: 64, threads: 2)
     let base = try logits(session)
     let adapter = try Adapter(model: model, path: adapterPath)
+    XCTAssertNil(adapter.toolFormat)  // its file names none
     try session.setAdapters([(adapter, 1)])
     let adapted = try logits(session)
     XCTAssertNotEqual(adapted, base)
