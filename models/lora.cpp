@@ -2,7 +2,10 @@
 
 #include "graph/executor.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <new>
 
@@ -105,6 +108,14 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
     (is_a ? p.first : p.second) = &t;
   }
   if (order.empty()) fail(LILIMS_ERR_BAD_FORMAT, "the adapter holds no tensors");
+  // The graph's order (a name that names no weight sorts last, to be refused below).
+  std::map<std::string, size_t> rank_of;
+  for (const AdaptableWeight& w : adaptable_weights(base)) rank_of.emplace(w.name, rank_of.size());
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& x, const std::string& y) {
+    const auto ix = rank_of.find(x), iy = rank_of.find(y);
+    return (ix == rank_of.end() ? SIZE_MAX : ix->second) < (iy == rank_of.end() ? SIZE_MAX : iy->second);
+  });
+  kernels::WeightArena arena;
 
   ad->weights.reserve(order.size());
   for (const std::string& target : order) {
@@ -158,13 +169,13 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
       for (uint64_t r = 0; r < rank; ++r) {
         quant::quantize_row(at, a.data() + r * (size_t)w.n_in, w.a_bytes.data() + r * rb, w.n_in);
       }
-      w.a = kernels::pack_weight(at, w.a_bytes.data(), w.rank, w.n_in, /*allow_repack=*/true);
+      w.a = kernels::pack_weight(at, w.a_bytes.data(), w.rank, w.n_in, /*allow_repack=*/true, {}, 1, &arena);
       if (!w.a.storage.empty()) std::vector<uint8_t>().swap(w.a_bytes);  // repacked: the copy is enough
       }
       // Row k of B^T, one piece of columns at a time, quantized in 32-blocks
       // (zeros past n_out in the last block).
       const int64_t padded = (w.n_out + quant::kBlock - 1) / quant::kBlock * quant::kBlock;
-      w.b.resize((size_t)padded / quant::kBlock * rank * sizeof(quant::BlockQ8_0));
+      w.b = arena.take((size_t)padded / quant::kBlock * rank * sizeof(quant::BlockQ8_0));
       std::vector<float> col(graph::kLoraPiece);
       for (int64_t c0 = 0; c0 < padded; c0 += graph::kLoraPiece) {
         const int64_t width = std::min<int64_t>(graph::kLoraPiece, padded - c0);

@@ -20,7 +20,8 @@
 // cut into pieces of 64 output columns that each hold all rank rows of their
 // columns (graph::LoraTerm::b), so that a task streams its columns: about a
 // quarter of the F32 file's bytes, so that decode reads little beside the
-// base.
+// base.  Repacked A and B lie in one arena in the order the graph reads them
+// (per weight A then B, layer by layer), so a decode step streams them.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,7 @@ struct LoraWeight {
   kernels::PackedWeight a;       // (rank, n_in)
   std::vector<float> a_rows;     // embedding: (n_vocab, rank), row v for token v
   std::vector<uint8_t> a_bytes;  // A's GGUF-layout bytes when `a` reads them in place
-  std::vector<uint8_t> b;        // B in Q8_0, in graph::LoraTerm::b's pieces of columns
+  kernels::ByteBuffer b;         // B in Q8_0, in graph::LoraTerm::b's pieces of columns
 };
 
 struct LoraAdapter {
@@ -50,7 +51,7 @@ struct LoraAdapter {
   std::string name;   // general.name, or empty
   float alpha = 0.0f; // adapter.lora.alpha
   std::string tool_format;  // lilims.tool_format: the tool format it was trained with, or empty
-  std::vector<LoraWeight> weights;  // in file order
+  std::vector<LoraWeight> weights;  // in the order the model's graph reads its weights
   uint64_t bytes = 0;               // memory the weights above take
 
   // scale * B (A x) is what adapting w with user scale `user_scale` adds.

@@ -252,7 +252,7 @@ void Session::set_adapters(const std::vector<AdapterUse>& adapters) {
         } else {
           t.a = &w->a;
         }
-        t.b = w->b.data();
+        t.b = w->b.begin();
         t.rank = w->rank;
         t.scale = ad.scale(*w, u.scale);
         terms[slot].push_back(t);

@@ -317,6 +317,11 @@ void lora_add_q8_0__avx2(const void* b, int32_t rank, int64_t w, const float* t,
       __m256 a2 = _mm256_loadu_ps(out + 16), a3 = _mm256_loadu_ps(out + 24);
       for (int32_t k = 0; k < rank; ++k) {
         const quant::BlockQ8_0& blk = blocks[(size_t)k * (size_t)nb + (size_t)bi];
+        // The next pieces of B follow this one (graph::LoraTerm::b): ask for
+        // them two pieces ahead, as a decode step streams B once.  A
+        // prefetch past the end of B is harmless.
+        _mm_prefetch(reinterpret_cast<const char*>(&blk) + 2 * (size_t)rank * (size_t)nb * sizeof(quant::BlockQ8_0),
+                     _MM_HINT_T0);
         const __m256 c = _mm256_set1_ps(tj[k] * _cvtsh_ss(blk.d));
         const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.q));
         const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.q + 16));
