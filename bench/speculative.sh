@@ -12,6 +12,7 @@ t=${3:-2}
 model=${LILIMS_MODEL:-$(scripts/fetch_model.sh)}
 tools=()
 for f in open_app set_timer send_message take_photo navigate; do tools+=(--tools "examples/tools/$f.json"); done
+tools+=(--tool-format generic)  # the rendering the figures in bench/README were measured with
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # run ARGS...: prints "tokens t/s forced accepted/drafted" of one run.
 run() {

@@ -162,7 +162,11 @@ int run_main(int argc, char** argv) {
         tool_files.push_back(next());
       } else if (a == "--tool-format") {
         tool_format_arg = next();
-        runtime::tool_format_from_name(tool_format_arg);
+        try {
+          runtime::tool_format_from_name(tool_format_arg);
+        } catch (const std::exception& e) {
+          throw std::invalid_argument(std::string("--tool-format: ") + e.what());
+        }
       } else if (a == "--tool-choice") {
         const std::string c = next();
         if (c != "auto" && c != "required") throw std::invalid_argument("--tool-choice expects auto or required");

@@ -33,14 +33,42 @@ nlohmann::json parse_out(const Result& r) {
   }
 }
 
+// SmolLM2's default tool format (its own): <tool_call>[calls]</tool_call>.
 TEST(CliSchema, ToolsOpenTheCamera) {
   REQUIRE_SMOL();
   std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Open the camera.", "-t", "1", "-q"};
   for (const std::string& a : tool_args()) args.push_back(a);
+  const Result r = run(args);
+  expect_no_crash(r);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string open = "<tool_call>", close = "</tool_call>\n";
+  ASSERT_EQ(r.out.substr(0, open.size()), open) << r.out;
+  ASSERT_GE(r.out.size(), open.size() + close.size());
+  EXPECT_EQ(r.out.substr(r.out.size() - close.size()), close) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(open.size(), r.out.size() - open.size() - close.size()));
+  ASSERT_TRUE(j.is_array() && j.size() == 1) << r.out;
+  EXPECT_EQ(j[0].at("name"), "open_app") << r.out;
+  EXPECT_EQ(j[0].at("arguments").at("app"), "camera") << r.out;
+}
+
+// --tool-format generic: the object alone; a bad format or choice is a usage error.
+TEST(CliSchema, ToolsInTheGenericFormat) {
+  REQUIRE_SMOL();
+  std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Set a timer for ten minutes.", "-t", "1",
+                                   "-q", "--tool-format", "generic"};
+  for (const std::string& a : tool_args()) args.push_back(a);
   const nlohmann::json j = parse_out(run(args));
   ASSERT_TRUE(j.is_object()) << j.dump();
-  EXPECT_EQ(j.at("name"), "open_app") << j.dump();
-  EXPECT_EQ(j.at("arguments").at("app"), "camera") << j.dump();
+  EXPECT_TRUE(j.contains("name") && j.at("arguments").is_object()) << j.dump();
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--tool-format", "qwen"},
+                                              std::vector<std::string>{"--tool-choice", "maybe"}}) {
+    std::vector<std::string> b = {"run", "-m", smollm2_path(), "-p", "x"};
+    b.insert(b.end(), bad.begin(), bad.end());
+    const Result r = run(b);
+    EXPECT_EQ(r.exit_code, 2) << r.describe();
+    EXPECT_TRUE(r.out.empty());
+    EXPECT_NE(r.err.find(bad[0]), std::string::npos) << r.err;
+  }
 }
 
 TEST(CliSchema, SchemaInlineAndFromFile) {
@@ -84,7 +112,8 @@ TEST(CliSchema, Errors) {
 TEST(CliSchema, TriggerToolCallAfterText) {
   REQUIRE_SMOL();
   std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Open the camera.", "-t", "1",
-                                   "-q", "--trigger", "call", "--trigger-close", " (done)"};
+                                   "-q", "--trigger", "call", "--trigger-close", " (done)",
+                                   "--tool-format", "generic"};
   for (const std::string& a : tool_args()) args.push_back(a);
   const Result r = run(args);
   expect_no_crash(r);

@@ -33,7 +33,8 @@ TEST(CliSpeculative, DraftKeepsStdoutAndReportsDrafts) {
 
 TEST(CliSpeculative, ToolsWithAndWithoutJumpForward) {
   LILIMS_REQUIRE_FILE(smollm2_path(), kSmolFrom);
-  std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Open the camera.", "-t", "2"};
+  std::vector<std::string> args = {"run", "-m", smollm2_path(), "-p", "Open the camera.", "-t", "2",
+                                   "--tool-format", "generic"};
   for (const char* t : {"open_app", "set_timer", "take_photo"}) {
     args.push_back("--tools");
     args.push_back(source_path("examples/tools/") + t + ".json");
