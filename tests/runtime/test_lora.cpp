@@ -20,6 +20,7 @@
 #include "models/lora.h"
 #include "models/requantize.h"
 #include "runtime/engine.h"
+#include "pool_delays.h"
 #include "test_util.h"
 
 namespace lilims {
@@ -332,7 +333,8 @@ TEST(Lora, StackedProjectionsGiveTheSeparateLogits) {
 
 // Each row's terms do not depend on how the pool splits the work: the same
 // logits on 1 to 5 threads (more than the machine's cores), for prefill
-// blocks and decode steps.
+// blocks and decode steps, also with random delays at the pool's race points
+// (tests/runtime/pool_delays.h; this test runs under ThreadSanitizer too).
 TEST(Lora, SameLogitsOnEveryThreadCount) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data (stories260K)");
   const auto model = runtime::Model::open(stories_path());
@@ -341,14 +343,21 @@ TEST(Lora, SameLogitsOnEveryThreadCount) {
   const auto a1 = runtime::Adapter::open(*model, write_adapter(stories_path(), {}, "t1.lora.gguf"));
   const auto a2 = runtime::Adapter::open(*model, write_adapter(stories_path(), two, "t2.lora.gguf"));
   std::vector<float> want;
-  for (int threads = 1; threads <= 5; ++threads) {
-    runtime::Session s(*model, session_opts(graph::ExecMode::fast, threads));
-    s.set_adapters({{a1.get(), 0.7f}, {a2.get(), -0.4f}});
-    const std::vector<float> got = logits_of(s);
-    if (threads == 1) {
-      want = got;
-    } else {
-      EXPECT_EQ(got, want) << threads << " threads";
+  for (int delays = 0; delays < 2; ++delays) {
+    for (int threads = 1; threads <= 5; ++threads) {
+      runtime::SessionOptions so = session_opts(graph::ExecMode::fast, threads);
+      if (delays) so.pool_hook = graph::PoolHook{test::pool_delays, nullptr};
+      runtime::Session s(*model, so);
+      s.set_adapters({{a1.get(), 0.7f}, {a2.get(), -0.4f}});
+      for (int round = 0; round < (delays ? 3 : 1); ++round) {
+        s.reset();
+        const std::vector<float> got = logits_of(s);
+        if (want.empty()) {
+          want = got;
+        } else {
+          EXPECT_EQ(got, want) << threads << " threads" << (delays ? ", with delays" : "");
+        }
+      }
     }
   }
 }
