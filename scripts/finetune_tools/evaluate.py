@@ -17,6 +17,10 @@ configurations:
                    list between <tools></tools>, calls as a JSON list inside
                    <tool_call>...</tool_call>), the whole ChatML text passed with
                    --raw -p, --json-schema for a list of calls, --trigger "<tool_call>"
+  smollm2-builtin  lilims' own rendering of that format: --tools F ... --tool-format
+                   smollm2 --tool-choice auto (lilims builds with --tool-format only)
+The generic configurations pass --tool-format generic when lilims has the option
+(its default is then the model's own format).
 and each of them with "+lora" (e.g. generic-trigger+lora) adds --lora ADAPTER.
 Per configuration it prints: tool-name accuracy and key-argument accuracy over
 requests that have a tool, missed-call rate over the same, and false-call rate
@@ -67,14 +71,25 @@ def smollm2_native_prompt(tools, request):
     return g.render_chatml(SMOLLM2_SYSTEM.replace("{tools}", listed), request)
 
 
+def has_tool_formats(lilims):
+    """lilims run --tool-format exists: then the tools' default format is the
+    model's own (smollm2 for SmolLM2), and generic must be asked for."""
+    p = subprocess.run([lilims, "run", "--help"], capture_output=True, text=True)
+    return "--tool-format" in p.stdout
+
+
 def command(cfg, args, tool_files, tools, request):
     base, _, lora = cfg.partition("+")
     cmd = [args.lilims, "run", "-m", args.model, "-n", str(args.n_predict), "--temp", "0", "-q",
            "-t", str(args.threads)]
-    if base in ("generic", "generic-trigger"):
+    if base in ("generic", "generic-trigger", "smollm2-builtin"):
         cmd += ["-p", request]
         for f in tool_files:
             cmd += ["--tools", f]
+        if base == "smollm2-builtin":
+            cmd += ["--tool-format", "smollm2", "--tool-choice", "auto"]
+        elif args.tool_formats:
+            cmd += ["--tool-format", "generic"]
         if base == "generic-trigger":
             cmd += ["--trigger", g.TRIGGER, "--trigger-close", g.TRIGGER_CLOSE]
     elif base == "smollm2-native":
@@ -107,7 +122,7 @@ def parse_call(cfg, stdout):
         value = json.loads(text)
     except json.JSONDecodeError:
         return "(invalid)", None
-    if base == "smollm2-native":
+    if base.startswith("smollm2"):
         if not isinstance(value, list):
             return "(invalid)", None
         if not value:
@@ -162,7 +177,7 @@ def main():
     ap.add_argument("--heldout", default=os.path.join(ROOT, "tests", "data", "tools_heldout.jsonl"))
     ap.add_argument("--tools", nargs="+", help="tool files in lilims' order (default: examples/tools/*.json)")
     ap.add_argument("--configs", nargs="+", help="default: generic generic-trigger smollm2-native "
-                    "(and each +lora with --lora)")
+                    "smollm2-builtin (and each +lora with --lora)")
     ap.add_argument("--lora", help="adapter GGUF (lilims convert PEFT_DIR adapter.gguf --base BASE.gguf)")
     ap.add_argument("-n", "--n-predict", type=int, default=96)
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -171,9 +186,11 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true", help="print every wrong answer")
     args = ap.parse_args()
 
+    args.tool_formats = has_tool_formats(args.lilims)
     tool_files = args.tools or sorted(glob.glob(os.path.join(ROOT, "examples", "tools", "*.json")))
     tools = g.load_tools(tool_files)
-    configs = args.configs or (BASE_CONFIGS + [c + "+lora" for c in BASE_CONFIGS] if args.lora else BASE_CONFIGS)
+    base_configs = BASE_CONFIGS + (["smollm2-builtin"] if args.tool_formats else [])
+    configs = args.configs or (base_configs + [c + "+lora" for c in base_configs] if args.lora else base_configs)
     with open(args.heldout, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh if line.strip()]
     if args.limit:

@@ -381,7 +381,15 @@ def spoken_duration(rng, seconds):
     return nouns, adjs
 
 
+# Durations people ask for most: drawn often, so that a small model sees each
+# one's conversion to the schema's unit many times (the arithmetic is the hard part).
+COMMON_SECONDS = [30, 45, 60, 90, 120, 180, 240, 300, 360, 420, 480, 540, 600, 720, 900, 1200, 1500,
+                  1800, 2400, 2700, 3600, 5400, 7200, 10800]
+
+
 def sample_seconds(rng):
+    if rng.random() < 0.6:
+        return rng.choice(COMMON_SECONDS)
     r = rng.random()
     if r < 0.15:
         return rng.choice([5, 10, 15, 20, 30, 40, 45, 50])

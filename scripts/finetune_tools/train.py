@@ -189,7 +189,7 @@ def main():
     ap.add_argument("--minutes", type=float, default=30, help="time for the training steps (default 30)")
     ap.add_argument("--epochs", type=float, default=2, help="at most this many passes over the data")
     ap.add_argument("--steps", type=int, help="this many steps, whatever the time (default: sized to --minutes)")
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("-r", "--rank", type=int, default=16)
     ap.add_argument("--alpha", type=float, default=32)
