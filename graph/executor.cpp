@@ -176,11 +176,11 @@ void Executor::set_lora(const std::vector<std::vector<LoraTerm>>& terms) {
 }
 
 // A run of lora nodes that read one input (Q, K and V of a stacked
-// weight; gate and up) in one job on the pool.  With a few rows (decode)
-// each task computes every t = A a itself (a few thousand multiply-adds)
-// and adds t B^T to its share of each output's columns; with more (prefill)
-// each task takes a range of rows, quantizes them, and does everything for
-// them.  B's F16 rows are converted once per column range and task.
+// weight; gate and up) together: t = A a with the matmul kernels, then
+// t B^T added piece by piece of B (OpsTable::lora_add).  A few rows (decode)
+// run on the calling thread; more (prefill) are one job on the pool whose
+// tasks each take a range of rows, quantize them and do everything for them.
+// The embedding's group reads A's rows for the tokens instead.
 void Executor::lora(size_t first, int32_t rows, const int32_t* tokens) {
   const auto& nodes = graph_.nodes();
   const size_t end = lora_group_end_[first];
@@ -276,17 +276,17 @@ void Executor::lora(size_t first, int32_t rows, const int32_t* tokens) {
     }
   };
   if (rows <= kLoraDecodeRows) {
+    // A decode step: on the calling thread.  The group's A and B are tens of
+    // KB; a pool job per group (about 120 a token for SmolLM2) cost more in
+    // barriers than the second thread gave (bench/README, "LoRA adapters").
     if (st.quant) {
       for (int32_t j = 0; j < rows; ++j) st.quant->fn(a + j * lda, lora_act_.data() + (size_t)j * act_stride, n_in);
     }
-    pool_.parallel_for(threads, [&](int64_t task, int thread) {
-      float* t = lora_t_.data() + (size_t)thread * (size_t)kLoraDecodeRows * sum_rank;
-      compute_t(0, rows, t);
-      for (int it = 0; it < n_items; ++it) {  // the pieces spread evenly over the tasks
-        const int64_t pieces = (items[it].n_out + kLoraPiece - 1) / kLoraPiece;
-        add_tb(items[it], pieces * task / threads, pieces * (task + 1) / threads, 0, rows, t);
-      }
-    });
+    float* t = lora_t_.data();
+    compute_t(0, rows, t);
+    for (int it = 0; it < n_items; ++it) {
+      add_tb(items[it], 0, (items[it].n_out + kLoraPiece - 1) / kLoraPiece, 0, rows, t);
+    }
     return;
   }
   const int32_t chunk = kLoraRowChunk;
