@@ -62,14 +62,21 @@ class ZeroAlloc : public ::testing::TestWithParam<graph::KvCommit> {};
 
 TEST_P(ZeroAlloc, DecodeStepsAllocateNothing) {
   if (!LILIMS_COUNTING_NEW) GTEST_SKIP() << "AddressSanitizer replaces operator new; the release run counts";
-  for (const char* rel : {"tests/data/tiny/phi3.gguf", "tests/data/tiny/phi2.gguf"}) {
-    const auto model = runtime::Model::open(test::source_path(rel));
+  // phi3 also with a LoRA adapter set (tests/data/lora: every projection,
+  // its file's fused QKV and gate/up): the adapters' scratch is allocated
+  // when they are set.
+  for (const char* rel : {"tests/data/tiny/phi3.gguf", "tests/data/tiny/phi2.gguf", "lora"}) {
+    const bool lora = std::string(rel) == "lora";
+    const auto model = runtime::Model::open(test::source_path(lora ? "tests/data/tiny/phi3.gguf" : rel));
+    const auto adapter =
+        lora ? runtime::Adapter::open(*model, test::source_path("tests/data/lora/phi3.lora.gguf")) : nullptr;
     for (int threads : {1, 2, 4}) {
       runtime::SessionOptions so;
       so.n_ctx = 128;
       so.n_threads = threads;
       so.kv_commit = GetParam();
       runtime::Session s(*model, so);
+      if (adapter) s.set_adapters({{adapter.get(), 1.0f}});
       s.eval({1, 20, 30, 40, 50});  // a prefill block first
       const std::vector<int32_t> next = {77};
       s.eval(next);  // one warm-up step
