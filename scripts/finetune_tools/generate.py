@@ -597,7 +597,15 @@ def make_value(rng, name, schema, hint, context=""):
         joined = said[0] if k == 1 else ", ".join(said[:-1]) + " and " + said[-1]
         return Value([v.value for v in vals], {"": [joined]}, literal=all(v.literal for v in vals))
     if t == "object":
-        return None
+        # A nested object: its required properties (the optional ones too,
+        # when none is required), said as "name value" pairs.
+        sub = schema.get("properties") or {}
+        keys = [k for k in sub if k in (schema.get("required") or [])] or list(sub)
+        vals = {k: make_value(rng, k, sub[k], None, context) for k in keys}
+        if not vals or any(v is None for v in vals.values()):
+            return None
+        said = ", ".join(f"{words_of(k)} {v.say(rng)}" for k, v in vals.items())
+        return Value({k: v.value for k, v in vals.items()}, {"": [said]}, literal=True)
     # string (or no type given)
     pool = hint.get("pool") if isinstance(hint, dict) else None
     got = string_value(rng, name, schema, pool, context)
@@ -1016,11 +1024,17 @@ def dress_question(rng, q):
 # ---------------------------------------------------------------------------
 
 
-def build_examples(tools, hints, n, seed, no_tool_fraction=0.15, trigger=TRIGGER):
+def build_examples(tools, hints, n, seed, no_tool_fraction=0.15, trigger=TRIGGER, conversion_weight=1):
     rng = random.Random(seed)
     phrases = []
     for t in tools:
         phrases.append(ToolPhrases(t, hints))
+    # A tool whose arguments need a conversion (a duration said in minutes or
+    # hours, stored in the schema's unit) is drawn conversion_weight times as
+    # often (more with several): the arithmetic is what a small model learns last.
+    weights = [1 + (conversion_weight - 1) * sum(1 for p, s in ph.props.items()
+                                                 if s.get("type") == "integer" and duration_unit(p, s))
+               for ph in phrases]
     system_plain = tools_system_prompt(tools)
     system_trigger = tools_system_prompt(tools, trigger)
     pool = no_tool_pool(tools, hints)
@@ -1029,7 +1043,7 @@ def build_examples(tools, hints, n, seed, no_tool_fraction=0.15, trigger=TRIGGER
     attempts = 0
     while len(out) < n - n_no_tool and attempts < 50 * n:
         attempts += 1
-        ph = rng.choice(phrases)
+        ph = rng.choices(phrases, weights)[0] if len(set(weights)) > 1 else rng.choice(phrases)
         got = make_request(rng, ph)
         if got is None:
             continue
@@ -1060,6 +1074,9 @@ def main():
     ap.add_argument("-n", type=int, default=4000, help="number of examples (default 4000)")
     ap.add_argument("--no-tool-fraction", type=float, default=0.15)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--conversion-weight", type=float, default=1,
+                    help="draw a tool with a duration to convert this many times as often as the others "
+                         "(default 1: all alike)")
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--show", type=int, default=0, help="print this many examples")
     args = ap.parse_args()
@@ -1068,13 +1085,18 @@ def main():
     if args.hints:
         with open(args.hints, encoding="utf-8") as fh:
             hints = json.load(fh)
-    examples = build_examples(tools, hints, args.n, args.seed, args.no_tool_fraction)
+    examples = build_examples(tools, hints, args.n, args.seed, args.no_tool_fraction,
+                              conversion_weight=args.conversion_weight)
     with open(args.out, "w", encoding="utf-8") as fh:
         for e in examples:
             fh.write(json.dumps(e, ensure_ascii=False) + "\n")
     by_tool = {}
     for e in examples:
         by_tool[e["tool"]] = by_tool.get(e["tool"], 0) + 1
+    for t in tools:
+        if t["name"] not in by_tool:
+            print(f"generate: no request could be made for '{t['name']}' (a required argument whose "
+                  "schema this generator does not understand)", file=sys.stderr)
     print(f"generate: {len(examples)} examples -> {args.out}; per tool: "
           + ", ".join(f"{k or '(none)'} {v}" for k, v in sorted(by_tool.items(), key=lambda kv: str(kv[0]))),
           file=sys.stderr)
