@@ -100,6 +100,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_vocab(const Vocab& v) {
   t->add_space_prefix_ = v.add_space_prefix.value_or(spm);
   t->chat_template_ = v.chat_template;
 
+  t->gguf_token_rules_ = true;
   t->finalize();
   t->set_strip_by_name(v.name, v.architecture, v.pre);
 

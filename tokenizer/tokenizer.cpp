@@ -82,6 +82,27 @@ void Tokenizer::finalize() {
   valid(bos_), valid(eos_), valid(unk_), valid(eot_), valid(eom_);
 
   index_.build(tokens_, {});
+  // Tokens that end a turn, found by their text as llama.cpp finds them
+  // (llama-vocab.cpp; GGUF has no such flag).  In a GGUF vocabulary
+  // llama.cpp also makes each one a control token whatever its stored type
+  // (Gemma 3's "</s>" is user-defined), so that it is matched in text only
+  // with parse_special; a tokenizer.json says which added tokens are special.
+  // "</s>" is an ordinary token where "<|tool_response>" or "<|plamo:eos|>"
+  // is the end of a turn instead (Gemma 4, PLaMo).
+  std::vector<int32_t> eog_by_text;
+  const bool s_is_normal = index_.find("<|tool_response>") >= 0 || index_.find("<|plamo:eos|>") >= 0;
+  for (const char* s : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>",
+                        "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+                        "<end_of_utterance>", "<eos>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"}) {
+    const int32_t id = index_.find(s);
+    if (id < 0) continue;
+    if (s_is_normal && tokens_[id] == "</s>") {
+      if (gguf_token_rules_) types_[id] = kTokenNormal;
+      continue;
+    }
+    if (gguf_token_rules_) types_[id] = kTokenControl;
+    if (types_[id] == kTokenControl) eog_by_text.push_back(id);
+  }
   std::vector<uint8_t> mergeable(n);
   for (size_t i = 0; i < n; ++i) {
     mergeable[i] = types_[i] == kTokenNormal || types_[i] == kTokenUserDefined;
@@ -144,11 +165,7 @@ void Tokenizer::finalize() {
   for (int32_t id : {eos_, eot_, eom_}) {
     if (id >= 0) eog_[id] = 1;
   }
-  for (const char* s : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
-                        "<end_of_turn>", "<|end_of_text|>"}) {
-    const int32_t id = index_.find(s);
-    if (id >= 0 && types_[id] == kTokenControl) eog_[id] = 1;
-  }
+  for (int32_t id : eog_by_text) eog_[id] = 1;
 }
 
 void Tokenizer::check_id(int32_t id) const {

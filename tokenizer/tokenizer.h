@@ -13,7 +13,10 @@
 //
 // Control tokens ("<|im_start|>", "</s>") are recognised in text only when
 // parse_special is set; user-defined (added, non-special) tokens always are.
-// Either way a recognised token is emitted whole, never split.  A recognised
+// A GGUF vocabulary's tokens spelled like an end of turn ("<|im_end|>",
+// "<end_of_turn>", "</s>", ...) are control tokens and end generation
+// whatever type the file gives them, as llama.cpp reads them (Gemma 3's
+// "</s>" is user-defined there).  Either way a recognised token is emitted whole, never split.  A recognised
 // token may strip the ASCII whitespace before it (lstrip) or after it
 // (rstrip): from a tokenizer.json's added_tokens, or in a GGUF by
 // llama.cpp's rules, which key on names because GGUF stores no such flag
@@ -185,6 +188,7 @@ class Tokenizer {
   bool spm_split_words_ = false;  // SentencePiece: no piece has U+2581 after another character
   bool ignore_merges_ = false;    // BPE: a piece that is a token is taken whole (llama3)
   bool wp_lowercase_ = true;      // WordPiece normalizer
+  bool gguf_token_rules_ = false; // llama.cpp's type overrides for GGUF vocabularies (finalize)
   PreTokenizer pre_{};
   std::string chat_template_;
 
