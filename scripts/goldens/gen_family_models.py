@@ -574,10 +574,19 @@ def main():
     ap.add_argument("--only", nargs="*", default=FAMILIES, choices=FAMILIES)
     ap.add_argument("--llamacpp-src", default=DEFAULT_LLAMACPP_SRC,
                     help="llama.cpp source dir holding convert_hf_to_gguf.py and gguf-py")
+    ap.add_argument("--describe", action="store_true",
+                    help="print every metadata key and tensor of the GGUFs (writes nothing)")
     ap.add_argument("--verify", action="store_true",
                     help="recompute everything in a temporary copy and compare (writes nothing)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # the same summation order on every machine
+    if args.describe:
+        for name in args.only:
+            for outtype in ("f16", "q8_0"):
+                path = os.path.join(OUT, f"{name}.{outtype}.gguf")
+                print(f"== {os.path.relpath(path, REPO)}")
+                print("\n".join(describe(path)))
+        return
     if args.verify:
         sys.exit(verify(args))
     if args.stage in ("all", "hf"):
@@ -591,9 +600,64 @@ def main():
         stage_goldens(args.only)
 
 
+def describe(path):
+    """Every metadata key and tensor of a GGUF, as text (long arrays shortened)."""
+    sys.path.insert(0, os.path.join(DEFAULT_LLAMACPP_SRC, "gguf-py"))
+    import gguf
+    r = gguf.GGUFReader(path)
+    lines = []
+    for key, f in r.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        v = f.contents()
+        if isinstance(v, list) and len(v) > 8:
+            v = f"[{len(v)} values: {', '.join(map(repr, v[:4]))}, ..., {', '.join(map(repr, v[-3:]))}]"
+        else:
+            v = repr(v)
+        lines.append(f"{key} = {v}")
+    for t in r.tensors:
+        lines.append(f"tensor {t.name} {t.tensor_type.name} {[int(x) for x in t.shape]}")
+    return lines
+
+
 def verify(args):
-    print("--verify is not implemented yet", file=sys.stderr)
-    return 2
+    """Regenerates the HF directories and GGUFs in a temporary directory and compares them byte
+    for byte with the committed ones, and recomputes the HF goldens (to 1e-8 relative)."""
+    global OUT, HF_OUT
+    import tempfile
+    committed, committed_hf = OUT, HF_OUT
+    with open(os.path.join(committed, "goldens.json")) as f:
+        doc = json.load(f)
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        OUT, HF_OUT = tmp, os.path.join(tmp, "hf")
+        for name in args.only:
+            stage_hf(name)
+            files = sorted(os.listdir(os.path.join(HF_OUT, name)))
+            same = files == sorted(os.listdir(os.path.join(committed_hf, name))) and all(
+                sha256(os.path.join(HF_OUT, name, x)) == sha256(os.path.join(committed_hf, name, x))
+                for x in files)
+            ggufs = []
+            for outtype in ("f16", "q8_0"):
+                new = convert(name, outtype, args.llamacpp_src)
+                ggufs.append(sha256(new) == sha256(os.path.join(committed, os.path.basename(new)))
+                             == doc["models"][name]["gguf"][outtype]["sha256"])
+            tok, model = load_hf(name)
+            entry = doc["models"][name]
+            ids_same = prompt_ids(tok) == entry["prompt_ids"]
+            gold = np.array(entry["logits"])
+            # the goldens hold 9 significant digits
+            dev = float((np.abs(logits_at(to_fp64(model), entry["prompt_ids"], entry["positions"])
+                                - gold) / np.maximum(1.0, np.abs(gold))).max())
+            good = same and all(ggufs) and ids_same and dev < 1e-8
+            ok &= good
+            print(f"{name}: hf dir {'equal' if same else 'DIFFERS'}, GGUF f16/q8_0 "
+                  f"{'equal' if all(ggufs) else 'DIFFER'}, prompt ids "
+                  f"{'equal' if ids_same else 'DIFFER'}, max |logits - golden| / max(1, |golden|) "
+                  f"{dev:.3g} -> "
+                  f"{'ok' if good else 'FAIL'}")
+    OUT, HF_OUT = committed, committed_hf
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
