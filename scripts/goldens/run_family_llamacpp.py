@@ -24,7 +24,6 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
