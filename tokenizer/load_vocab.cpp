@@ -66,13 +66,18 @@ std::unique_ptr<Tokenizer> Tokenizer::from_vocab(const Vocab& v) {
     throw Error(LILIMS_ERR_UNSUPPORTED,
                 "[tokenizer] unsupported tokenizer model '" + v.model + "' (tokenizer.ggml.model)");
   }
+  // Only byte-level BPE reads the pre-tokenizer (llama.cpp ignores it for
+  // the others: SentencePiece files say "default").
   const std::string pre = v.pre.empty() ? "default" : v.pre;
+  PreTokenizerSpec spec{};
   if (t->type_ == VocabType::kBpe) {
-    if (!pre_tokenizer_from_name(pre, &t->pre_)) {
+    if (!pre_tokenizer_from_name(pre, &spec)) {
       throw Error(LILIMS_ERR_UNSUPPORTED,
-                  "[tokenizer] unsupported pre-tokenizer '" + pre + "' (tokenizer.ggml.pre)");
+                  "[tokenizer] unsupported pre-tokenizer '" + pre +
+                      "' (tokenizer.ggml.pre): none of the splits lilims implements has that name");
     }
-    t->ignore_merges_ = t->pre_ == PreTokenizer::kLlama3;
+    t->pre_ = spec.split;
+    t->ignore_merges_ = spec.ignore_merges;
   }
 
   if (v.tokens.size() > static_cast<size_t>(INT32_MAX)) bad("the vocabulary has too many tokens");
@@ -95,7 +100,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_vocab(const Vocab& v) {
   t->unk_ = v.unk.value_or(spm ? 0 : -1);
   t->eot_ = v.eot.value_or(-1);
   t->eom_ = v.eom.value_or(-1);
-  t->add_bos_ = v.add_bos.value_or(spm || wpm);
+  t->add_bos_ = v.add_bos.value_or(spm || wpm || spec.add_bos);
   t->add_eos_ = v.add_eos.value_or(wpm);
   t->add_space_prefix_ = v.add_space_prefix.value_or(spm);
   t->chat_template_ = v.chat_template;

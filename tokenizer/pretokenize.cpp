@@ -148,6 +148,10 @@ bool is_falcon_punct(uint32_t cp) {
   }
 }
 size_t match_falcon_punct(const uint32_t* c, size_t p, size_t e) { return run(c, p, e, is_falcon_punct); }
+// llama.cpp's default: [\p{P}\$\+<=>\^~\|]+ (Falcon's class without `)
+size_t match_default_punct(const uint32_t* c, size_t p, size_t e) {
+  return run(c, p, e, [](uint32_t cp) { return cp != '`' && is_falcon_punct(cp); });
+}
 // [0-9][0-9][0-9]
 size_t match_three_digits(const uint32_t* c, size_t p, size_t e) {
   auto d = [](uint32_t cp) { return cp >= '0' && cp <= '9'; };
@@ -178,29 +182,63 @@ void split_pass(const uint32_t* c, Matcher m, std::vector<Range>* pieces) {
 
 }  // namespace
 
-bool pre_tokenizer_from_name(const std::string& name, PreTokenizer* out) {
-  struct Entry {
-    const char* name;
-    PreTokenizer type;
-  };
-  static const Entry kNames[] = {
-      {"default", PreTokenizer::kGpt2},       {"gpt-2", PreTokenizer::kGpt2},
-      {"gpt2", PreTokenizer::kGpt2},          {"mpt", PreTokenizer::kGpt2},
-      {"gpt-neox", PreTokenizer::kGpt2},      {"olmo", PreTokenizer::kGpt2},
-      {"jais", PreTokenizer::kGpt2},          {"llama3", PreTokenizer::kLlama3},
-      {"llama-v3", PreTokenizer::kLlama3},    {"llama-bpe", PreTokenizer::kLlama3},
-      {"qwen2", PreTokenizer::kQwen2},        {"starcoder", PreTokenizer::kDigitsGpt2},
-      {"refact", PreTokenizer::kDigitsGpt2},  {"smollm", PreTokenizer::kDigitsGpt2},
-      {"command-r", PreTokenizer::kDigitsGpt2}, {"deepseek-llm", PreTokenizer::kDeepseekLlm},
-      {"deepseek-coder", PreTokenizer::kDeepseekCoder}, {"falcon", PreTokenizer::kFalcon},
-  };
-  for (const Entry& e : kNames) {
+namespace {
+
+struct NamedSpec {
+  const char* name;
+  PreTokenizerSpec spec;
+};
+
+// Every tokenizer.ggml.pre value llama.cpp maps to one of these splits, with
+// the settings it gives each (llama-vocab.cpp, llama_vocab::impl::load).
+// "gpt2" and "gpt-neox" are not llama.cpp's names; lilims has accepted them.
+constexpr PreTokenizerSpec kGpt2Spec = {PreTokenizer::kGpt2, false, false};
+constexpr PreTokenizerSpec kLlama3Spec = {PreTokenizer::kLlama3, true, true};
+constexpr PreTokenizerSpec kLlama3MergesSpec = {PreTokenizer::kLlama3, false, false};
+constexpr PreTokenizerSpec kQwen2Spec = {PreTokenizer::kQwen2, false, false};
+constexpr PreTokenizerSpec kDigitsSpec = {PreTokenizer::kDigitsGpt2, false, false};
+const NamedSpec kNames[] = {
+    {"default", {PreTokenizer::kDefault, false, false}},
+    {"gpt-2", kGpt2Spec}, {"phi-2", kGpt2Spec}, {"mpt", kGpt2Spec}, {"olmo", kGpt2Spec},
+    {"jais", kGpt2Spec}, {"trillion", kGpt2Spec}, {"granite-docling", kGpt2Spec}, {"exaone4", kGpt2Spec},
+    {"jina-es", kGpt2Spec}, {"jina-de", kGpt2Spec}, {"jina-v2-es", kGpt2Spec}, {"jina-v2-de", kGpt2Spec},
+    {"jina-v1-en", kGpt2Spec}, {"jina-v2-code", kGpt2Spec}, {"roberta-bpe", kGpt2Spec},
+    {"gigachat", kGpt2Spec}, {"a.x-4.0", kGpt2Spec}, {"mellum", kGpt2Spec}, {"modern-bert", kGpt2Spec},
+    {"gpt2", kGpt2Spec}, {"gpt-neox", kGpt2Spec},
+    {"llama3", kLlama3Spec}, {"llama-v3", kLlama3Spec}, {"llama-bpe", kLlama3Spec},
+    {"falcon3", kLlama3Spec}, {"falcon-h1", kLlama3Spec}, {"pixtral", kLlama3Spec},
+    {"midm-2.0", kLlama3Spec}, {"lfm2", kLlama3Spec}, {"jina-v5-nano", kLlama3Spec},
+    {"dbrx", kLlama3MergesSpec}, {"smaug-bpe", kLlama3MergesSpec},
+    {"qwen2", kQwen2Spec}, {"deepseek-r1-qwen", kQwen2Spec}, {"kormo", kQwen2Spec},
+    {"f2llmv2", kQwen2Spec}, {"megrez", kQwen2Spec}, {"stablelm2", kQwen2Spec},
+    {"hunyuan", kQwen2Spec}, {"solar-open", kQwen2Spec},
+    {"starcoder", kDigitsSpec}, {"refact", kDigitsSpec}, {"command-r", kDigitsSpec},
+    {"smollm", kDigitsSpec}, {"codeshell", kDigitsSpec}, {"exaone", kDigitsSpec},
+    {"minerva-7b", kDigitsSpec}, {"mellum2", kDigitsSpec},
+    {"deepseek-llm", {PreTokenizer::kDeepseekLlm, false, false}},
+    {"deepseek-coder", {PreTokenizer::kDeepseekCoder, false, false}},
+    {"falcon", {PreTokenizer::kFalcon, false, false}},
+};
+
+}  // namespace
+
+bool pre_tokenizer_from_name(const std::string& name, PreTokenizerSpec* out) {
+  for (const NamedSpec& e : kNames) {
     if (name == e.name) {
-      *out = e.type;
+      *out = e.spec;
       return true;
     }
   }
   return false;
+}
+
+const std::vector<std::string>& pre_tokenizer_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const NamedSpec& e : kNames) v.emplace_back(e.name);
+    return v;
+  }();
+  return names;
 }
 
 const char* pre_tokenizer_name(PreTokenizer type) {
@@ -213,6 +251,7 @@ const char* pre_tokenizer_name(PreTokenizer type) {
     case PreTokenizer::kDeepseekLlm: return "deepseek-llm";
     case PreTokenizer::kDeepseekCoder: return "deepseek-coder";
     case PreTokenizer::kFalcon: return "falcon";
+    case PreTokenizer::kDefault: return "default";
   }
   return nullptr;
 }
@@ -261,6 +300,12 @@ void pre_tokenize(PreTokenizer type, std::string_view text, std::vector<std::pai
     case PreTokenizer::kFalcon:
       split_pass(c, match_falcon_punct, &r);
       split_pass(c, match_gpt2, &r);
+      split_pass(c, match_three_digits, &r);
+      break;
+    case PreTokenizer::kDefault:
+      split_pass(c, match_default_punct, &r);
+      split_pass(c, match_gpt2, &r);
+      split_pass(c, match_numbers, &r);
       split_pass(c, match_three_digits, &r);
       break;
   }

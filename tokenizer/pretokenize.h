@@ -16,18 +16,28 @@ namespace lilims::tok {
 
 enum class PreTokenizer {
   kNone,           // the whole text is one piece
-  kGpt2,           // gpt-2, mpt, gpt-neox, olmo, jais
-  kLlama3,         // llama3 / llama-bpe (digits in groups of up to 3)
+  kGpt2,           // gpt-2, phi-2, mpt, olmo, jais, ...
+  kLlama3,         // llama-bpe, dbrx, falcon3, ... (digits in groups of up to 3)
   kQwen2,          // qwen2 (llama3's pattern with single digits)
-  kDigitsGpt2,     // starcoder, refact, smollm, command-r: \p{N} isolated, then gpt-2
+  kDigitsGpt2,     // starcoder, refact, smollm, command-r, ...: \p{N} isolated, then gpt-2
   kDeepseekLlm,
   kDeepseekCoder,
   kFalcon,
+  kDefault,        // llama.cpp's split for a byte-level BPE of no known pre-tokenizer
 };
 
-// Maps a GGUF tokenizer.ggml.pre value; false if unknown.  An absent key or
-// "default" maps to kGpt2 (what llama.cpp does for byte-level vocabularies).
-bool pre_tokenizer_from_name(const std::string& name, PreTokenizer* out);
+// A GGUF tokenizer.ggml.pre value as llama.cpp reads it (llama-vocab.cpp):
+// the split, and the two settings that come with some names.
+struct PreTokenizerSpec {
+  PreTokenizer split;
+  bool ignore_merges;  // a piece that is a token is taken whole (llama3's family)
+  bool add_bos;        // BOS when the file has no tokenizer.ggml.add_bos_token
+};
+// Maps every name llama.cpp gives one of the splits above; false if unknown.
+// An absent key reads as "default".  Lists the accepted names with
+// pre_tokenizer_names().
+bool pre_tokenizer_from_name(const std::string& name, PreTokenizerSpec* out);
+const std::vector<std::string>& pre_tokenizer_names();
 // The name llama.cpp gives it in tokenizer.ggml.pre (one of several for a
 // shared split); pre_tokenizer_from_name maps it back.  nullptr for kNone,
 // which has no name there.

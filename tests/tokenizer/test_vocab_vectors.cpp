@@ -5,6 +5,8 @@
 // cannot load is a failure, not a skip.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "base/error.h"
 #include "models/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -20,11 +22,32 @@ std::string ids_str(const std::vector<int32_t>& ids) {
   return s;
 }
 
+void check_vectors(const std::string& path, const std::string& vectors_path);
+
 void check_vocab(const std::string& name) {
   const std::string path = lilims::test::shared_data("vocab/ggml-vocab-" + name + ".gguf");
   LILIMS_REQUIRE_FILE(path, "ggml-org/llama.cpp models/, see ../shared/data/SOURCES.md");
+  check_vectors(path, path);
+}
+
+// A vocabulary whose .gguf is too large for ../shared/data (its .inp/.out
+// are there): read from $LILIMS_LLAMACPP_VOCAB_DIR, e.g. the models/ folder of
+// the llama.cpp source scripts/build_llamacpp.sh unpacks
+// ($(scripts/build_llamacpp.sh --print-dir)/_src/llama_cpp_python-*/vendor/llama.cpp/models);
+// skipped without it.
+void check_large_vocab(const std::string& name) {
+  const std::string file = "ggml-vocab-" + name + ".gguf";
+  const char* dir = std::getenv("LILIMS_LLAMACPP_VOCAB_DIR");
+  const std::string path = std::string(dir ? dir : "") + "/" + file;
+  if (!dir || !lilims::test::file_exists(path)) {
+    GTEST_SKIP() << file << " is not in ../shared/data; set LILIMS_LLAMACPP_VOCAB_DIR to llama.cpp's models/";
+  }
+  check_vectors(path, lilims::test::shared_data("vocab/" + file));
+}
+
+void check_vectors(const std::string& path, const std::string& vectors_path) {
   std::string err;
-  const auto vectors = lilims::test::read_vocab_vectors(path, &err);
+  const auto vectors = lilims::test::read_vocab_vectors(vectors_path, &err);
   ASSERT_TRUE(err.empty()) << err;
   ASSERT_GE(vectors.size(), 40u);
   std::unique_ptr<Tokenizer> tok;
@@ -55,3 +78,6 @@ TEST(VocabVectors, Falcon) { check_vocab("falcon"); }
 TEST(VocabVectors, Mpt) { check_vocab("mpt"); }
 TEST(VocabVectors, Refact) { check_vocab("refact"); }
 TEST(VocabVectors, BertBge) { check_vocab("bert-bge"); }
+TEST(VocabVectors, LlamaBpe) { check_large_vocab("llama-bpe"); }
+TEST(VocabVectors, Qwen2) { check_large_vocab("qwen2"); }
+TEST(VocabVectors, CommandR) { check_large_vocab("command-r"); }
