@@ -6,6 +6,23 @@
 // parse_special would let it).
 //   chatml  SmolLM2's: <|im_start|>role\ncontent<|im_end|>\n, with SmolLM2's
 //           default system prompt when the first message is not a system one
+//   chatml-plain  the same without a default system turn (ChatML templates
+//           that have none: Hermes, OpenHermes, QwQ, ...)
+//   qwen1.5 Qwen1.5-Chat's and Qwen2-Instruct's: ChatML with the default system
+//           prompt "You are a helpful assistant."
+//   qwen2   Qwen2.5's (Instruct, base and Coder): ChatML with the default system
+//           prompt "You are Qwen, created by Alibaba Cloud. You are a helpful
+//           assistant."; "tool" messages become <tool_response> blocks in a
+//           user turn
+//   qwen3   Qwen3's (thinking enabled, no tools): ChatML without a default
+//           system turn, tool messages as qwen2; assistant messages before
+//           the last user message lose their <think> reasoning, later ones
+//           keep it in a <think>\n...\n</think>\n\n block (the last one
+//           gets an empty block when it has none); the generation prompt is
+//           <|im_start|>assistant\n
+//   gemma   Gemma 3's (and Gemma 2's): <start_of_turn>user\ncontent<end_of_turn>\n,
+//           "model" for the assistant, contents trimmed, a system message's
+//           text and "\n\n" at the start of the next turn's content
 //   llama2  [INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] ...
 //   zephyr  <|role|>\ncontent</s>\n (TinyLlama, Zephyr)
 //   phi3    <|role|>\ncontent<|end|>\n
@@ -24,7 +41,10 @@ struct ChatMessage {
 };
 
 // Recognises a GGUF tokenizer.chat_template (Jinja text) by substrings:
-// "chatml", "llama2", "zephyr", "phi3", "llama3", or "" if unknown.
+// one of chat_template_names(), or "" if unknown.  ChatML templates are told
+// apart by the default system prompt their text spells (SmolLM2's: chatml,
+// Qwen2.5's: qwen2, "You are a helpful assistant.": qwen1.5) and by Qwen3's
+// reasoning handling (qwen3); any other is chatml-plain.
 std::string detect_chat_template(const std::string& jinja);
 
 // Throws lilims::Error(LILIMS_ERR_INVALID_ARGUMENT) for an unknown name.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/gguf.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
@@ -106,6 +107,17 @@ TEST_F(Gemma3, SpecialTokens) {
   EXPECT_TRUE(tok_->is_control(s_end));
   EXPECT_EQ(tok_->token_to_piece(tok_->find_token("\n\n")), "\n\n");
   EXPECT_EQ(tok_->token_to_piece(tok_->find_token("<0x41>")), "A");
+}
+
+// The gemma chat template tokenizes as the same text with parse_special.
+TEST_F(Gemma3, ChatTemplate) {
+  const std::vector<lilims::tok::ChatMessage> msgs = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Open the camera"}};
+  const std::string text = lilims::tok::apply_chat_template("gemma", msgs, true);
+  const auto ids = lilims::tok::encode_chat(*tok_, "gemma", msgs, true, true);
+  EXPECT_EQ(ids, tok_->encode(text, true, true));
+  EXPECT_EQ(ids.front(), 2);
+  EXPECT_EQ(ids[1], 105);
 }
 
 }  // namespace
