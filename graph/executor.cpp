@@ -24,6 +24,10 @@ bool row_wise(Op op) {
     case Op::add:
     case Op::quick_gelu:
     case Op::gelu_erf:
+    case Op::head_norm:
+    case Op::geglu:
+    case Op::scale:
+    case Op::softcap:
       return true;
     default:
       return false;
@@ -467,6 +471,34 @@ void Executor::row_op(const Node& n, int32_t t0, int32_t t1) {
     case Op::add: binary(ops.add); break;
     case Op::quick_gelu: unary(kernels::quick_gelu_f32__ref); break;
     case Op::gelu_erf: unary(ops.gelu_erf); break;
+    case Op::geglu:
+      for (int32_t t = 0; t < rows; ++t) {
+        ops.gelu(a + t * lda, out + t * ldo, w);
+        ops.mul(out + t * ldo, b + t * ldb, out + t * ldo, w);
+      }
+      break;
+    case Op::head_norm: {
+      const int64_t d = w / n.n_heads;
+      for (int32_t t = 0; t < rows; ++t) {
+        for (int h = 0; h < n.n_heads; ++h) {
+          float* x = out + t * ldo + h * d;
+          ops.rmsnorm(x, n.norm_w, x, d, n.eps);
+        }
+      }
+      break;
+    }
+    case Op::scale:
+      for (int32_t t = 0; t < rows; ++t) {
+        float* x = out + t * ldo;
+        for (int64_t i = 0; i < w; ++i) x[i] *= n.scale;
+      }
+      break;
+    case Op::softcap:
+      for (int32_t t = 0; t < rows; ++t) {
+        float* x = out + t * ldo;
+        for (int64_t i = 0; i < w; ++i) x[i] = n.scale * std::tanh(x[i] / n.scale);
+      }
+      break;
     default: throw Error(LILIMS_ERR_INTERNAL, std::string("[executor] not a row-wise op: ") + op_name(n.op));
   }
 }
@@ -494,7 +526,6 @@ void Executor::run_rows(const RowRun& run, size_t begin, int32_t rows) {
 
 void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_t pos0,
                    const int32_t* tokens, bool all_logits) {
-  const ModelShape& sh = graph_.shape();
   float* out = ptr(n.out);
   const int64_t ldo = ld(n.out), w = graph_.tensors()[(size_t)n.out].cols;
   const float* a = n.a >= 0 ? ptr(n.a) : nullptr;
@@ -519,7 +550,7 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
     case Op::rope_table: {
       float* sin = ptr(n.b);
       for (int32_t t = 0; t < rows; ++t) {
-        kernels::rope_table_f32(sh.rope, pos0 + t, out + t * ldo, sin + t * ld(n.b));
+        kernels::rope_table_f32(n.rope, pos0 + t, out + t * ldo, sin + t * ld(n.b));
       }
       break;
     }
@@ -588,7 +619,7 @@ void Executor::self_attention(const Node& n, int32_t rows) {
   args.n_head = sh.n_head;
   args.n_head_kv = sh.n_head;
   args.head_dim = sh.head_dim;
-  args.scale = sh.attn_scale;
+  args.scale = n.scale;
   args.window = 0;
   args.out_stride = ld(n.out);
   args.k_new = ptr(n.b);
@@ -631,8 +662,8 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
   args.n_head = sh.n_head;
   args.n_head_kv = sh.n_head_kv;
   args.head_dim = sh.head_dim;
-  args.scale = sh.attn_scale;
-  args.window = sh.window;
+  args.scale = n.scale;
+  args.window = n.window;
   args.out = out;
   args.out_stride = ldo;
   args.k_new = kv_->staged_k(n.layer);

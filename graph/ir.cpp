@@ -8,6 +8,11 @@ namespace {
 
 [[noreturn]] void bad(const std::string& msg) { throw Error(LILIMS_ERR_INTERNAL, "[graph] " + msg); }
 
+// Ops that update their input in place (out = a): it must be written before.
+bool in_place(Op op) {
+  return op == Op::rope || op == Op::lora || op == Op::head_norm || op == Op::scale || op == Op::softcap;
+}
+
 }  // namespace
 
 const char* op_name(Op op) {
@@ -31,6 +36,10 @@ const char* op_name(Op op) {
     case Op::gelu_erf: return "gelu_erf";
     case Op::drop_rows: return "drop_rows";
     case Op::lora: return "lora";
+    case Op::head_norm: return "head_norm";
+    case Op::geglu: return "geglu";
+    case Op::scale: return "scale";
+    case Op::softcap: return "softcap";
   }
   return "?";
 }
@@ -75,7 +84,13 @@ void Graph::begin_chunk(ChunkKind kind, int layer_begin, int layer_end) {
 
 Node& Graph::push(Op op, int out, int a, int b, int c) {
   if (chunks_.empty()) bad(std::string(op_name(op)) + " node outside a chunk");
-  nodes_.push_back(Node{op, out, a, b, c});
+  Node n;
+  n.op = op;
+  n.out = out;
+  n.a = a;
+  n.b = b;
+  n.c = c;
+  nodes_.push_back(n);
   chunks_.back().node_end = (int)nodes_.size();
   return nodes_.back();
 }
@@ -87,7 +102,12 @@ void Graph::embed(const kernels::PackedWeight& table, int out) {
   push(Op::embed, out).w = &table;
 }
 
-void Graph::rope_table(int cos, int sin) { push(Op::rope_table, cos, -1, sin); }
+void Graph::rope_table(int cos, int sin, const kernels::RopeParams& p) {
+  if (p.n_rot != shape_.n_rot || cols(cos) != p.n_rot / 2 || cols(sin) != p.n_rot / 2) {
+    bad("rope_table: widths");
+  }
+  push(Op::rope_table, cos, -1, sin).rope = p;
+}
 
 int Graph::rms_norm(int a, const std::vector<float>& w, float eps, const std::string& name) {
   const int out = tensor(name, cols(a));
@@ -135,10 +155,14 @@ void Graph::copy(int a, int out) {
   push(Op::copy, out, a);
 }
 
-int Graph::attention(int q, int layer, const std::string& name) {
+int Graph::attention(int q, int layer, float scale, int32_t window, const std::string& name) {
   if (cols(q) != (int64_t)shape_.n_head * shape_.head_dim) bad("attention: query width");
+  if (!(scale > 0.0f) || window < 0) bad("attention " + name + ": scale or window");
   const int out = tensor(name, cols(q));
-  push(Op::attention, out, q).layer = layer;
+  Node& n = push(Op::attention, out, q);
+  n.layer = layer;
+  n.scale = scale;
+  n.window = window;
   return out;
 }
 
@@ -153,6 +177,30 @@ int Graph::gelu(int a, const std::string& name) {
   const int out = tensor(name, cols(a));
   push(Op::gelu, out, a);
   return out;
+}
+
+int Graph::geglu(int gate, int up, const std::string& name) {
+  if (cols(gate) != cols(up)) bad("geglu: widths differ");
+  const int out = tensor(name, cols(gate));
+  push(Op::geglu, out, gate, up);
+  return out;
+}
+
+void Graph::head_norm(int a, int n_heads, const std::vector<float>& w, float eps) {
+  if (n_heads <= 0 || cols(a) % n_heads != 0 || (int64_t)w.size() != cols(a) / n_heads) {
+    bad("head_norm on " + tensors_[(size_t)a].name + ": sizes");
+  }
+  Node& n = push(Op::head_norm, a, a);
+  n.n_heads = n_heads;
+  n.norm_w = w.data();
+  n.eps = eps;
+}
+
+void Graph::scale(int a, float s) { push(Op::scale, a, a).scale = s; }
+
+void Graph::softcap(int a, float cap) {
+  if (!(cap > 0.0f)) bad("softcap: the cap must be positive");
+  push(Op::softcap, a, a).scale = cap;
 }
 
 void Graph::add(int a, int b, int out) {
@@ -181,13 +229,13 @@ int Graph::add_table(int a, const std::vector<float>& table, const std::string& 
   return out;
 }
 
-int Graph::self_attention(int q, int k, int v, const std::string& name) {
+int Graph::self_attention(int q, int k, int v, float scale, const std::string& name) {
   const int64_t width = (int64_t)shape_.n_head * shape_.head_dim;
   if (width <= 0 || cols(q) != width || cols(k) != width || cols(v) != width) {
     bad("self_attention " + name + ": widths");
   }
   const int out = tensor(name, width);
-  push(Op::self_attention, out, q, k, v);
+  push(Op::self_attention, out, q, k, v).scale = scale;
   return out;
 }
 
@@ -243,12 +291,12 @@ void Graph::validate() const {
       if (n.op == Op::rope_table) defined[(size_t)root(n.b)] = 1;  // its second output
       for (int in : {n.a, n.b, n.c}) {
         if (in < 0 || (n.op == Op::rope_table && in == n.b)) continue;
-        if (!defined[(size_t)root(in)] && !(n.op == Op::rope && in == n.a)) {
+        if (!defined[(size_t)root(in)] && !(in_place(n.op) && in == n.out)) {
           bad(std::string(op_name(n.op)) + " reads " + tensors_[(size_t)in].name + " before it is written");
         }
       }
-      if (n.op == Op::rope && !defined[(size_t)root(n.a)]) {
-        bad("rope on " + tensors_[(size_t)n.a].name + " before it is written");
+      if (in_place(n.op) && !defined[(size_t)root(n.out)]) {
+        bad(std::string(op_name(n.op)) + " on " + tensors_[(size_t)n.out].name + " before it is written");
       }
       const Tensor& out = tensors_[(size_t)n.out];
       const bool staged = out.storage == Storage::staged_k || out.storage == Storage::staged_v;
@@ -260,7 +308,7 @@ void Graph::validate() const {
           bad(out.name + " is written outside its layer's chunk");
         }
         int& by = staged_by[2 * (size_t)out.layer + (out.storage == Storage::staged_v)];
-        if (n.op != Op::rope && n.op != Op::lora) {  // those two update it in place
+        if (!in_place(n.op)) {
           if (by >= 0) bad(out.name + " is written twice");
           by = i;
         }

@@ -38,13 +38,16 @@ struct Tensor {
 
 enum class Op : uint8_t {
   embed,        // out[t] = row tokens[t] of w (dequantized)
-  rope_table,   // out = cos, b = sin of each row's position: (rows, n_rot / 2)
+  rope_table,   // out = cos, b = sin of each row's position: (rows, n_rot / 2), by the node's
+                // rope parameters (a model may have several tables: Gemma 3's local and
+                // global layers rotate with different bases)
   rms_norm,     // out = rmsnorm(a) * norm_w
   layer_norm,   // out = layernorm(a) * norm_w + norm_b
   matmul,       // out = a W^T (+ bias)
   rope,         // a rotated in place by the tables b (cos), c (sin)
   copy,         // out = a (e.g. K/V views of a fused projection into staging)
-  attention,    // out = attention of queries a over layer's cache and its staged rows
+  attention,    // out = attention of queries a over layer's cache and its staged rows, scaled
+                // by the node's scale, over its window of keys (0: all)
   swiglu,       // out = silu(a) * b
   gelu,         // out = gelu(a) (tanh form)
   add,          // out = a + b
@@ -62,11 +65,17 @@ enum class Op : uint8_t {
   lora,         // out += s * B (A a) for each adapter the executor holds for lora_slot (none:
                 // nothing); out is the output (or a view of it) of the matmul of a; without
                 // a (the token embedding's), A a is the row of A for each row's token
+  head_norm,    // a = rmsnorm of each head_dim piece of a (in place) * norm_w (head_dim)
+  geglu,        // out = gelu(a) * b (tanh form)
+  scale,        // a *= scale (in place)
+  softcap,      // a = scale * tanh(a / scale) (in place)
 };
+// The last op, for tables indexed by op.
+constexpr int kOpCount = (int)Op::softcap + 1;
 const char* op_name(Op op);
 
 struct Node {
-  Op op;
+  Op op = Op::embed;
   int out = -1, a = -1, b = -1, c = -1;
   const kernels::PackedWeight* w = nullptr;  // matmul, embed (GGUF or a repacked layout)
   const float* bias = nullptr;               // matmul: (w->rows) or null
@@ -74,7 +83,11 @@ struct Node {
   const float* norm_b = nullptr;             // layer_norm: (cols)
   float eps = 0.0f;
   int layer = -1;                            // attention
-  int n_heads = 0;                           // rope: heads in a's rows
+  int n_heads = 0;                           // rope, head_norm: heads in a's rows
+  float scale = 0.0f;                        // attention, self_attention: the score scale;
+                                             // scale: the factor; softcap: the cap
+  int32_t window = 0;                        // attention: sliding window (0 = none)
+  kernels::RopeParams rope;                  // rope_table
   const float* table = nullptr;              // add_table: (table_rows, cols)
   int64_t table_rows = 0;
   int first_row = 0;                         // drop_rows
@@ -96,18 +109,16 @@ struct Chunk {
   int layer_begin = 0, layer_end = 0;  // blocks: the layers it runs
 };
 
-// What the attention and RoPE nodes of the graph share.  An encoder graph
-// (a vision tower) has n_layer = 0: no KV cache, its attention is
-// self_attention within the block; n_head, head_dim and attn_scale describe
-// that, and n_vocab is the width of its output rows.
+// What the attention and RoPE nodes of the graph share (what differs from
+// layer to layer, window, scale and RoPE base, the nodes carry).  An encoder
+// graph (a vision tower) has n_layer = 0: no KV cache, its attention is
+// self_attention within the block; n_head and head_dim describe that, and
+// n_vocab is the width of its output rows.
 struct ModelShape {
   int n_layer = 0;  // layers with a KV cache
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   int n_rot = 0;
   bool rope_neox = false;
-  int32_t window = 0;          // sliding window (0 = none)
-  float attn_scale = 1.0f;
-  kernels::RopeParams rope;    // freq_factors point into the model, which outlives the graph
   int64_t n_vocab = 0;
   int64_t kv_dim() const { return (int64_t)n_head_kv * head_dim; }
 };
@@ -127,7 +138,8 @@ class Graph {
 
   // Nodes; each returns its output tensor.
   void embed(const kernels::PackedWeight& table, int out);
-  void rope_table(int cos, int sin);
+  // p.freq_factors point into the model, which outlives the graph.
+  void rope_table(int cos, int sin, const kernels::RopeParams& p);
   int rms_norm(int a, const std::vector<float>& w, float eps, const std::string& name);
   int layer_norm(int a, const std::vector<float>& w, const std::vector<float>& b, float eps,
                  const std::string& name);
@@ -136,16 +148,24 @@ class Graph {
              const std::string& name);
   void rope(int a, int n_heads, int cos, int sin);
   void copy(int a, int out);
-  int attention(int q, int layer, const std::string& name);
+  // Scores scaled by `scale`; a query at position p sees keys p - window < k
+  // <= p (window 0: every earlier key).
+  int attention(int q, int layer, float scale, int32_t window, const std::string& name);
   int swiglu(int gate, int up, const std::string& name);
   int gelu(int a, const std::string& name);
+  int geglu(int gate, int up, const std::string& name);
   void add(int a, int b, int out);
+  // In place: RMSNorm of each of a's n_heads heads (w: head_dim), a *= s,
+  // a = cap tanh(a / cap).
+  void head_norm(int a, int n_heads, const std::vector<float>& w, float eps);
+  void scale(int a, float s);
+  void softcap(int a, float cap);
   int select_rows(int a, const std::string& name);
   // Encoder graphs.
   int input(int64_t cols, const std::string& name);
   // table: (table_rows, cols(a)) floats, at least as many rows as the block.
   int add_table(int a, const std::vector<float>& table, const std::string& name);
-  int self_attention(int q, int k, int v, const std::string& name);
+  int self_attention(int q, int k, int v, float scale, const std::string& name);
   int quick_gelu(int a, const std::string& name);
   int gelu_erf(int a, const std::string& name);
   int drop_rows(int a, int first_row, const std::string& name);

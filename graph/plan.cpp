@@ -205,7 +205,7 @@ std::string Plan::describe(const Graph& g) const {
       what += " " + std::to_string(ch.layer_begin) + ".." + std::to_string(ch.layer_end - 1);
     }
     std::string ops_list;
-    constexpr int kOps = (int)Op::lora + 1;
+    constexpr int kOps = kOpCount;
     int counts[kOps] = {0};
     for (int i = ch.node_begin; i < ch.node_end; ++i) ++counts[(int)g.nodes()[(size_t)i].op];
     for (int op = 0; op < kOps; ++op) {

@@ -220,7 +220,6 @@ graph::Graph build_clip_graph(const ClipModel& m, int chunk_layers) {
   s.n_layer = 0;  // no KV cache
   s.n_head = s.n_head_kv = hp.n_head;
   s.head_dim = hp.head_dim;
-  s.attn_scale = 1.0f / std::sqrt((float)hp.head_dim);
   s.n_vocab = hp.n_out;
   graph::Graph g(s);
   auto at = [](const char* what, int l) { return std::string(what) + "." + std::to_string(l); };
@@ -241,7 +240,7 @@ graph::Graph build_clip_graph(const ClipModel& m, int chunk_layers) {
       const int q = g.matmul(L.wq.packed, L.wq.bias, h, at("q", l));
       const int k = g.matmul(L.wk.packed, L.wk.bias, h, at("k", l));
       const int v = g.matmul(L.wv.packed, L.wv.bias, h, at("v", l));
-      const int att = g.self_attention(q, k, v, at("att", l));
+      const int att = g.self_attention(q, k, v, 1.0f / std::sqrt((float)hp.head_dim), at("att", l));
       g.add(x, g.matmul(L.wo.packed, L.wo.bias, att, at("att_out", l)), x);
       const int h2 = g.layer_norm(x, L.ln2.w, L.ln2.b, hp.eps, at("ln2", l));
       const int up = g.matmul(L.ffn_up.packed, L.ffn_up.bias, h2, at("ffn_up", l));

@@ -1,7 +1,8 @@
-// A transformer of the llama family or Phi-2 / Phi-3 as a GGUF file describes
-// it (llama.cpp's tensor names and `{arch}.*` keys): hyperparameters and
-// weights.  How the weights are combined is the graph builder's business
-// (models/builders.h); this is only what the file holds, checked.
+// A transformer of one of the families lilims runs (models/arch.h: llama,
+// Phi-2, Phi-3, Gemma 3, Qwen2, Qwen3) as a GGUF file describes it
+// (llama.cpp's tensor names and `{arch}.*` keys): hyperparameters and
+// weights.  How the weights are combined is the family's graph builder's
+// business; this is only what the file holds, checked.
 //
 // Shapes follow llama2.c's habit of saying them in comments; a weight
 // "(rows, cols)" maps cols inputs to rows outputs (GGUF ne = {cols, rows}).
@@ -20,7 +21,8 @@
 
 namespace lilims::models {
 
-enum class Arch { llama, phi2, phi3 };
+enum class Arch { llama, phi2, phi3, gemma3, qwen2, qwen3 };
+// general.architecture of a family (models/arch.h has the rest of its description).
 const char* arch_name(Arch a);
 
 struct HParams {
@@ -31,15 +33,28 @@ struct HParams {
   int32_t n_layer = 0;
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
-  int32_t head_dim = 0;   // n_embd / n_head
+  int32_t head_dim = 0;   // attention.key_length, else n_embd / n_head
   int32_t n_ff = 0;       // hidden_dim of the feed-forward
   int32_t n_rot = 0;      // rotary dimensions per head (<= head_dim; phi2 rotates a part)
   bool rope_neox = false; // rotate pairs (i, i + n_rot/2) (phi); else (2i, 2i+1) (llama)
   float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f; // linear scaling (rope.scaling.type linear): 1 / factor
   float norm_eps = 1e-5f; // RMSNorm (llama, phi3) or LayerNorm (phi2) epsilon
-  int32_t sliding_window = 0;   // keys q - window < k <= q; 0 = the whole context (phi3)
+  int32_t sliding_window = 0;   // keys q - window < k <= q; 0 = the whole context
+  // Which layers use the window (and the local RoPE base): all of them when
+  // empty (phi3); Gemma 3's local layers (n_layer entries).
+  std::vector<uint8_t> swa_layers;
+  float rope_freq_base_swa = 0.0f;  // the local layers' RoPE base (Gemma 3); 0: rope_freq_base
   int32_t rope_orig_ctx = 0;    // phi3 longrope: the context the short factors are for
   float rope_attn_factor = 1.0f;// phi3 longrope: cos/sin scale
+  float attn_scale = 0.0f;      // attention score scale; 0: 1 / sqrt(head_dim)
+  float embd_scale = 0.0f;      // embeddings scaled by this (Gemma: sqrt(n_embd)); 0: not
+  float final_softcap = 0.0f;   // logits = c tanh(logits / c) (final_logit_softcapping); 0: not
+
+  // Whether layer l attends over the sliding window (with the local RoPE base).
+  bool is_swa(int l) const {
+    return sliding_window > 0 && (swa_layers.empty() || swa_layers[(size_t)l] != 0);
+  }
 
   int32_t kv_dim() const { return n_head_kv * head_dim; }
   int32_t q_dim() const { return n_head * head_dim; }
@@ -76,10 +91,14 @@ kernels::SourceDone drop_copied_pages(const gguf::File& f);
 struct Norm {
   std::vector<float> w;  // (n_embd)
   std::vector<float> b;  // (n_embd) for LayerNorm, empty for RMSNorm
+  bool present() const { return !w.empty(); }
 };
 
 struct Layer {
   Norm attn_norm;
+  Norm attn_q_norm, attn_k_norm;   // (head_dim) per-head RMSNorm of Q and K (Gemma 3, Qwen3)
+  Norm post_attn_norm;             // RMSNorm of the attention's output (Gemma 3)
+  Norm post_ffn_norm;              // RMSNorm of the MLP's output (Gemma 3)
   // Either separate projections (llama, phi2) ...
   Weight wq;      // (n_head * head_dim, n_embd)
   Weight wk;      // (n_head_kv * head_dim, n_embd)
@@ -142,8 +161,8 @@ struct LoadOptions {
   std::function<void(float fraction)> progress;
 };
 
-// Builds the model from a parsed GGUF whose general.architecture is llama,
-// phi2 or phi3.  Throws lilims::Error: LILIMS_ERR_UNSUPPORTED for another
+// Builds the model from a parsed GGUF whose general.architecture is one of
+// models/arch.h's families.  Throws lilims::Error: LILIMS_ERR_UNSUPPORTED for another
 // architecture or an unreadable tensor type, LILIMS_ERR_MISSING for an
 // absent tensor or hyperparameter, LILIMS_ERR_BAD_FORMAT for inconsistent
 // shapes or hyperparameters.

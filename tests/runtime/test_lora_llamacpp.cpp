@@ -15,7 +15,8 @@
 //   difference of two logits, as in test_smollm2_llamacpp.cpp).
 // llama.cpp 0c1e570 drops Phi-3's sliding window (scripts/goldens/
 // compare_tiny_llamacpp.py; tests/data/tiny/SOURCE.md), so the tiny phi3 runs
-// here from a copy whose window (4096) is longer than any context used.
+// here from a copy with window 0 (none, as the converter writes it for a
+// windowless model).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -50,7 +51,7 @@ std::string as_llamacpp_runs_it(const std::string& path) {
   if (f->get_string("general.architecture") != "phi3") return path;
   gguf::Writer w;
   for (const gguf::KeyValue& kv : f->metadata()) w.add(kv.key, kv.value);
-  w.add_u32("phi3.attention.sliding_window", 4096);
+  w.add_u32("phi3.attention.sliding_window", 0);
   for (const gguf::TensorInfo& t : f->tensors()) w.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
   const std::string out = test::temp_path("phi3_no_window.gguf");
   w.write(out);

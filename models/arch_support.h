@@ -1,0 +1,302 @@
+// What a family's file (models/arch_*.cpp) needs to read its model and build
+// its graph: a Reader over the GGUF's keys and tensors, and the graph pieces
+// the families share (projections with their lora nodes, the attention
+// sub-block, the gated MLPs).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "graph/ir.h"
+#include "models/arch.h"
+#include "models/builders.h"
+#include "models/model.h"
+#include "quant/dequant_ref.h"
+#include "quant/quantize.h"
+
+namespace lilims::models {
+
+[[noreturn]] inline void bad(lilims_status st, const std::string& msg) { throw Error(st, "[model] " + msg); }
+
+// Reads one architecture's tensors and keys, remembering which tensors it
+// took: a tensor nobody takes (a bias lilims would ignore, say) is an error,
+// not a silently different model.
+class Reader {
+ public:
+  Reader(const gguf::File& f, std::string arch, const LoadOptions& opt)
+      : f_(f), arch_(std::move(arch)), repack_(opt.repack), fuse_(opt.fuse_projections),
+        threads_(load_threads(opt)),
+        progress_(opt.progress) {
+    for (const gguf::TensorInfo& t : f_.tensors()) total_bytes_ += t.n_bytes;
+  }
+
+  const gguf::File& file() const { return f_; }
+  std::string key(const std::string& k) const { return arch_ + "." + k; }
+  bool has(const std::string& k) const { return f_.find(key(k)) != nullptr; }
+
+  int32_t positive_int(const std::string& k, int64_t limit) const {
+    const int64_t v = f_.get_int(key(k));
+    if (v <= 0 || v > limit) {
+      bad(LILIMS_ERR_BAD_FORMAT, key(k) + " = " + std::to_string(v) + " is out of range (1.." +
+                                     std::to_string(limit) + ")");
+    }
+    return (int32_t)v;
+  }
+  int32_t positive_int_or(const std::string& k, int64_t limit, int32_t fallback) const {
+    return has(k) ? positive_int(k, limit) : fallback;
+  }
+  // An integer key in [lo, hi], or fallback when the file has none.
+  int32_t int_or(const std::string& k, int64_t lo, int64_t hi, int32_t fallback) const {
+    if (!has(k)) return fallback;
+    const int64_t v = f_.get_int(key(k));
+    if (v < lo || v > hi) {
+      bad(LILIMS_ERR_BAD_FORMAT, key(k) + " = " + std::to_string(v) + " is out of range (" +
+                                     std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    }
+    return (int32_t)v;
+  }
+  float nonnegative_float_or(const std::string& k, double fallback, double limit) const {
+    const double v = f_.get_float_or(key(k), fallback);
+    if (!(v >= 0.0) || v > limit) {
+      bad(LILIMS_ERR_BAD_FORMAT, key(k) + " = " + std::to_string(v) + " is out of range");
+    }
+    return (float)v;
+  }
+  float positive_float_or(const std::string& k, double fallback, double limit) const {
+    const double v = f_.get_float_or(key(k), fallback);
+    if (!(v > 0.0) || v > limit) {
+      bad(LILIMS_ERR_BAD_FORMAT, key(k) + " = " + std::to_string(v) + " is out of range");
+    }
+    return (float)v;
+  }
+
+  bool has_tensor(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+  // A 1-D F32/F16 tensor of n elements, copied to floats (norms, biases, factors).
+  std::vector<float> vector(const std::string& name, int64_t n) {
+    const gguf::TensorInfo& t = f_.require_tensor(name);
+    if (t.n_elements != (uint64_t)n || t.ne.size() != 1) {
+      bad(LILIMS_ERR_BAD_FORMAT, "tensor " + name + " should be a vector of " + std::to_string(n) +
+                                     " elements");
+    }
+    quant::ReadableType rt;
+    if (!quant::readable_type(t.type, &rt) || rt.block_size != 1) {
+      bad(LILIMS_ERR_UNSUPPORTED, "tensor " + name + " has type " + quant::ggml_type_name(t.type) +
+                                      "; norm weights, biases and rope factors must be F32, F16 or BF16");
+    }
+    std::vector<float> out((size_t)n);
+    rt.to_float(t.data, out.data(), n);
+    take(t);
+    return out;
+  }
+
+  // A 2-D weight in a type the kernels read (re-quantized if need be), not
+  // yet packed: pack() or stack() it.
+  Weight source(const std::string& name, int64_t rows, int64_t cols) {
+    const gguf::TensorInfo& t = f_.require_tensor(name);
+    if (t.ne.size() != 2 || (int64_t)t.ne[0] != cols || (int64_t)t.ne[1] != rows) {
+      std::string shape;
+      for (size_t i = 0; i < t.ne.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.ne[i]);
+      bad(LILIMS_ERR_BAD_FORMAT, "tensor " + name + " has shape [" + shape + "], expected [" +
+                                     std::to_string(cols) + " x " + std::to_string(rows) + "]");
+    }
+    Weight w = weight_of(t, name, rows, cols);
+    if (!quant::type_traits(t.type)) requantize(t, w);
+    return w;
+  }
+
+  // Packs a source() for the kernels.  A repacked weight is read from its
+  // copy: its file pages need not stay resident beside it, and go slice by
+  // slice, so the load never holds both.
+  void pack(Weight& w, bool repack = true) {
+    w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w),
+                                    threads_, &arena_);
+    if (w.requantized && !w.packed.storage.empty()) {
+      w.requantized.reset();  // the kernels read the repacked copy
+      w.data = nullptr;
+    }
+    take(f_.require_tensor(w.name));
+  }
+
+  Weight weight(const std::string& name, int64_t rows, int64_t cols, bool repack = true) {
+    Weight w = source(name, rows, cols);
+    pack(w, repack);
+    return w;
+  }
+
+  // Weights that read the same input, stacked into `into` (rows of parts[0],
+  // then parts[1], ...; biases likewise) when fusion is on and the kernels
+  // can stack them (one type, whole row groups: kernels::can_stack); the
+  // parts are then cleared.  Otherwise each is packed on its own and `into`
+  // stays absent.  Returns whether it stacked.
+  bool stack(const std::vector<Weight*>& parts, Weight& into) {
+    std::vector<kernels::WeightPart> wp;
+    bool same = fuse_;
+    for (const Weight* w : parts) {
+      wp.push_back({w->data, w->rows, drop_for(*w)});
+      same = same && w->type == parts[0]->type && w->cols == parts[0]->cols &&
+             w->bias.empty() == parts[0]->bias.empty();
+    }
+    if (!same || !kernels::can_stack(parts[0]->type, wp, repack_)) {
+      for (Weight* w : parts) pack(*w);
+      return false;
+    }
+    Weight s;
+    s.type = parts[0]->type;
+    s.cols = parts[0]->cols;
+    s.file_type = parts[0]->file_type;
+    for (const Weight* w : parts) {
+      s.name += (s.name.empty() ? "" : "+") + w->name;
+      s.parts.push_back(w->name);
+      s.part_rows.push_back(w->rows);
+      s.rows += w->rows;
+      s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
+      if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;
+    }
+    s.packed = kernels::pack_stacked(s.type, wp, s.cols, threads_, &arena_);
+    for (Weight* w : parts) {
+      take(f_.require_tensor(w->name));
+      *w = Weight{};  // releases a re-quantized copy: the stack holds its rows
+    }
+    into = std::move(s);
+    return true;
+  }
+
+  // Tensors re-quantized so far, by source type, for the load's notice.
+  const std::map<std::string, int>& requantized() const { return requantized_; }
+  // A weight "P.weight" with its bias "P.bias" (rows), which must exist.
+  Weight biased_source(const std::string& prefix, int64_t rows, int64_t cols) {
+    Weight w = source(prefix + ".weight", rows, cols);
+    w.bias = vector(prefix + ".bias", rows);
+    return w;
+  }
+  Weight biased(const std::string& prefix, int64_t rows, int64_t cols) {
+    Weight w = biased_source(prefix, rows, cols);
+    pack(w);
+    return w;
+  }
+  Norm rms_norm(const std::string& prefix, int64_t n) { return Norm{vector(prefix + ".weight", n), {}}; }
+  Norm layer_norm(const std::string& prefix, int64_t n) {
+    return Norm{vector(prefix + ".weight", n), vector(prefix + ".bias", n)};
+  }
+
+  void check_all_taken() const {
+    for (const gguf::TensorInfo& t : f_.tensors()) {
+      if (!taken_.count(t.name)) {
+        bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " is not part of a " + arch_ +
+                                        " model as lilims runs it; refusing to ignore it");
+      }
+    }
+  }
+  uint64_t n_params() const { return n_params_; }
+
+ private:
+  // Counts a tensor once (a tied output reads the embedding again) and reports progress.
+  void take(const gguf::TensorInfo& t) {
+    if (!taken_.insert(t.name).second) return;
+    n_params_ += t.n_elements;
+    done_bytes_ += t.n_bytes;
+    if (progress_) {
+      progress_(total_bytes_ ? (float)((double)done_bytes_ / (double)total_bytes_) : 1.0f);
+    }
+  }
+
+  // A weight in a type lilims only dequantizes: each row converted directly
+  // when its traits can, else to floats and then to the kernel type its
+  // traits name (quant/dequant_ref.cpp says why that one).
+  // GGML's plain rounding: the error it adds is bounded (half a Q8_0 step)
+  // and the load stays fast; `lilims quantize` offers the search.
+  void requantize(const gguf::TensorInfo& t, Weight& w) {
+    const quant::DequantTraits* src = quant::dequant_traits(t.type);
+    if (!src) {
+      bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " has type " + quant::ggml_type_name(t.type) +
+                                      ", which lilims cannot read");
+    }
+    const quant::Type to = src->load_as;
+    const size_t src_row = (size_t)w.cols / (size_t)src->block_size * src->block_bytes;
+    const size_t dst_row = quant::row_bytes(to, w.cols);
+    if (w.cols % quant::traits(to).block_size != 0) {
+      bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " (" + src->name + ") has rows of " +
+                                      std::to_string(w.cols) + " elements, not whole " +
+                                      quant::traits(to).name + " blocks");
+    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(dst_row * (size_t)w.rows);
+    std::vector<float> row((size_t)w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      if (src->transcode) {
+        src->transcode(t.data + (size_t)r * src_row, bytes->data() + (size_t)r * dst_row, w.cols);
+        continue;
+      }
+      src->to_float(t.data + (size_t)r * src_row, row.data(), w.cols);
+      quant::quantize_row(to, row.data(), bytes->data() + (size_t)r * dst_row, w.cols,
+                          quant::QuantMethod::plain);
+    }
+    f_.drop_pages(t.data, t.n_bytes);
+    w.type = to;
+    w.data = bytes->data();
+    w.requantized = std::move(bytes);
+    // A tied output reads the embedding again: one tensor, counted once.
+    if (!taken_.count(t.name)) ++requantized_[std::string(src->name) + " -> " + quant::traits(to).name];
+  }
+
+  // A file-backed weight's pages go once copied; a re-quantized one's bytes
+  // are on the heap, not the file's.
+  kernels::SourceDone drop_for(const Weight& w) const {
+    return w.requantized ? kernels::SourceDone{} : drop_copied_pages(f_);
+  }
+
+  const gguf::File& f_;
+  std::string arch_;
+  bool repack_;
+  bool fuse_;
+  int threads_;
+  kernels::WeightArena arena_;  // the repacked weights, in load order
+  const std::function<void(float)>& progress_;
+  std::set<std::string> taken_;
+  std::map<std::string, int> requantized_;
+  uint64_t n_params_ = 0;
+  uint64_t total_bytes_ = 0, done_bytes_ = 0;
+};
+
+
+// The tensors every layer's graph reads: the residual stream and the RoPE
+// tables (a second pair for the sliding-window layers when their RoPE
+// differs: Gemma 3's local base).
+struct Stream {
+  int x = -1, cos = -1, sin = -1, cos_swa = -1, sin_swa = -1;
+};
+
+// What a family's layer builder works with.
+struct LayerGraph {
+  graph::Graph& g;
+  const BuildOptions& opt;
+  const Model& m;
+  Stream s;
+};
+
+std::string at(const char* what, int l);
+// A matmul of w and its lora nodes (when the options ask for them).
+int projection(LayerGraph& lg, const Weight& w, int in, const std::string& name);
+void projection(LayerGraph& lg, const Weight& w, int in, int out);
+// Attention of layer l over h: Q, K, V (one fused projection or three),
+// per-head Q/K RMSNorm when the layer has them, RoPE on Q and K (the layer's
+// tables), the new K/V rows staged for the cache, attention (the layer's
+// window and scale), the output projection.  Returns the projection's output.
+int attention(LayerGraph& lg, int l, int h);
+// w_down(act(gate) * up), gate and up from two weights or one [gate; up];
+// act silu (SwiGLU) or tanh GELU (GeGLU).
+int swiglu_mlp(LayerGraph& lg, int l, int h);
+int geglu_mlp(LayerGraph& lg, int l, int h);
+
+// Tensors that families read alike.
+// Separate Q, K, V projections (biases when the file has them all), stacked
+// into wqkv when the reader can (Reader::stack).
+void read_qkv(Reader& r, Model& m, Layer& L, const std::string& p, bool bias);
+// ffn_gate and ffn_up, stacked into w_up when the reader can; ffn_down.
+void read_gated_ffn(Reader& r, Model& m, Layer& L, const std::string& p);
+
+}  // namespace lilims::models
