@@ -121,7 +121,12 @@ ToolFormat default_tool_format(const std::string& template_name, const std::stri
   if (template_text.find("<|python_tag|>") != std::string::npos) return ToolFormat::llama3;
   if (template_text.find("<|tool|>") != std::string::npos) return ToolFormat::phi4;
   if (template_name == "chatml") return ToolFormat::smollm2;
-  return ToolFormat::generic;
+  // Qwen's templates describe tools in Hermes' way (Qwen2.5's and Qwen3's
+  // texts spell it; Qwen2 was trained on it too): also when only the name is known.
+  if (template_name == "qwen2" || template_name == "qwen3" || template_name == "qwen1.5") {
+    return ToolFormat::hermes;
+  }
+  return ToolFormat::generic;  // gemma, chatml-plain, ...: no format of their own
 }
 
 ToolPrompt tool_prompt(ToolFormat f, const std::vector<Tool>& tools, bool allow_text) {

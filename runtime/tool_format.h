@@ -35,9 +35,10 @@ ToolFormat tool_format_from_name(std::string_view name);
 
 // The format a model uses by default: the one its chat template's text
 // spells (<tool_call> -> hermes, <|python_tag|> -> llama3, <|tool|> -> phi4),
-// else its family's (a ChatML template without tool syntax: SmolLM2's own
+// else its family's by the template's name (chatml, SmolLM2's: SmolLM2's own
 // format, which measured better for SmolLM2-135M-Instruct than generic on the
-// held-out requests, README), else generic.
+// held-out requests, README; qwen1.5 / qwen2 / qwen3: hermes), else generic
+// (gemma and chatml-plain have no format of their own).
 ToolFormat default_tool_format(const std::string& template_name, const std::string& template_text);
 
 struct ToolPrompt {

@@ -32,6 +32,18 @@ TEST(ToolFormat, DefaultFromTheTemplate) {
   EXPECT_EQ(default_tool_format("phi3", "... <|tool|>{{ tools }}<|/tool|> ..."), ToolFormat::phi4);
   EXPECT_EQ(default_tool_format("llama3", "<|start_header_id|>"), ToolFormat::generic);
   EXPECT_EQ(default_tool_format("", ""), ToolFormat::generic);
+  // The new families, by their real templates (tests/data/tokenizer_families/templates)
+  // and by name alone.
+  auto text = [](const char* file) {
+    return test::read_file(test::source_path(std::string("tests/data/tokenizer_families/templates/") + file));
+  };
+  EXPECT_EQ(default_tool_format("qwen2", text("qwen2.5-instruct.jinja")), ToolFormat::hermes);
+  EXPECT_EQ(default_tool_format("qwen3", text("qwen3.jinja")), ToolFormat::hermes);
+  EXPECT_EQ(default_tool_format("qwen1.5", text("qwen2-instruct.jinja")), ToolFormat::hermes);
+  EXPECT_EQ(default_tool_format("gemma", text("gemma-3-it.jinja")), ToolFormat::generic);
+  for (const char* name : {"qwen2", "qwen3", "qwen1.5"}) EXPECT_EQ(default_tool_format(name, ""), ToolFormat::hermes);
+  EXPECT_EQ(default_tool_format("gemma", ""), ToolFormat::generic);
+  EXPECT_EQ(default_tool_format("chatml-plain", "{{'<|im_start|>' + m['role']}}"), ToolFormat::generic);
 }
 
 // Every format describes every tool, its schema compiles, and the answer
