@@ -16,10 +16,10 @@
 //           user turn
 //   qwen3   Qwen3's (thinking enabled, no tools): ChatML without a default
 //           system turn, tool messages as qwen2; assistant messages before
-//           the last user message lose their <think> reasoning, later ones
-//           keep it in a <think>\n...\n</think>\n\n block (the last one
-//           gets an empty block when it has none); the generation prompt is
-//           <|im_start|>assistant\n
+//           the last user message lose their <think> reasoning, those after
+//           it keep it in a <think>\n...\n</think>\n\n block, which the
+//           conversation's last message gets even when empty; the
+//           generation prompt is <|im_start|>assistant\n
 //   gemma   Gemma 3's (and Gemma 2's): <start_of_turn>user\ncontent<end_of_turn>\n,
 //           "model" for the assistant, contents trimmed, a system message's
 //           text and "\n\n" at the start of the next turn's content

@@ -3,12 +3,14 @@
 // Three vocabulary kinds, read from GGUF metadata or a Hugging Face
 // tokenizer.json:
 //   - SentencePiece BPE (tokenizer.ggml.model "llama": Llama 1/2, TinyLlama,
-//     Mistral, Phi-3, stories260K): score-driven merges over code points,
-//     spaces as U+2581 with an optional leading one, <0xNN> byte fallback.
-//   - byte-level BPE ("gpt2": GPT-2, SmolLM2, Llama 3, Qwen2, StarCoder,
-//     DeepSeek, Falcon, MPT ...): a hand-written pre-tokenizer per model
-//     family (tokenizer/pretokenize.h), bytes mapped to printable code
-//     points, merges applied in rank order.
+//     Mistral, Phi-3, Gemma 2/3, stories260K): score-driven merges over code
+//     points, spaces as U+2581 with an optional leading one (Gemma: none),
+//     <0xNN> byte fallback.
+//   - byte-level BPE ("gpt2": GPT-2, Phi-2, SmolLM2, Llama 3, Qwen2/2.5/3,
+//     StarCoder, DeepSeek, Falcon, MPT ...): a hand-written pre-tokenizer per
+//     model family, chosen by tokenizer.ggml.pre as llama.cpp chooses it
+//     (tokenizer/pretokenize.h), bytes mapped to printable code points,
+//     merges applied in rank order.
 //   - WordPiece ("bert"): BERT normalization, greedy longest match.
 //
 // Control tokens ("<|im_start|>", "</s>") are recognised in text only when
