@@ -42,7 +42,7 @@ extern const ArchDesc kArchQwen2 = {
 
 extern const ArchDesc kArchQwen3 = {
     Arch::qwen3, "qwen3", {"Qwen3ForCausalLM"}, /*rope_neox=*/true, /*layer_norm=*/false, read, load_qwen3,
-    llama_layer, "chatml-plain",
+    llama_layer, "qwen3",
 };
 
 }  // namespace lilims::models

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "kernels/cpu.h"
 #include "lilims/lilims.h"
+#include "models/arch.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
 #include "runtime/tool_format.h"
@@ -324,7 +325,7 @@ lilims_status lilims_model_get_info(const lilims_model* model, lilims_model_info
     info->struct_size = size;
     const Model& m = *model->impl;
     const auto& hp = m.hparams();
-    copy_str(info->architecture, sizeof info->architecture, "llama");
+    copy_str(info->architecture, sizeof info->architecture, lilims::models::arch_name(hp.arch));
     copy_str(info->name, sizeof info->name, m.name());
     info->n_vocab = hp.n_vocab;
     info->n_ctx_train = hp.n_ctx_train;

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/memory_info.h"
+#include "models/arch.h"
 #include "quant/dequant_ref.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
@@ -149,6 +150,10 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Model
     lo.progress = [&opt](float f) { report(opt, kTensorsFrom + (kTensorsTo - kTensorsFrom) * f); };
   }
   m->model_ = models::load_model(std::move(file), lo);
+  if (!m->has_template_text_) {  // the family's own format, as its model cards give it
+    m->chat_template_ = models::arch_desc(m->model_->hp.arch).chat_template;
+    m->tool_format_ = default_tool_format(m->chat_template_, "");
+  }
   m->pieces_.resize((size_t)m->tokenizer_->n_vocab());
   for (int32_t i = 0; i < m->tokenizer_->n_vocab(); ++i) {
     if (!m->tokenizer_->is_control(i)) m->pieces_[(size_t)i] = m->tokenizer_->token_to_piece(i);

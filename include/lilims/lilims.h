@@ -152,7 +152,7 @@ void lilims_model_free(lilims_model *model);
 
 typedef struct lilims_model_info {
   size_t struct_size;
-  char architecture[32]; /* "llama" */
+  char architecture[32]; /* general.architecture: "llama", "phi2", "phi3", "gemma3", "qwen2", "qwen3" */
   char name[128];        /* general.name, may be empty */
   int32_t n_vocab;
   int32_t n_ctx_train;   /* the context length the model was trained for */
