@@ -1,9 +1,17 @@
-// Hugging Face model directories (config.json, safetensors, tokenizer.json)
-// to GGUF, laid out as llama.cpp's convert_hf_to_gguf.py lays them out for
-// LlamaForCausalLM ("llama"), PhiForCausalLM ("phi2") and Phi3ForCausalLM
-// ("phi3"): the same tensor names, metadata keys and, for llama, the same
-// per-head reordering of attn_q/attn_k rows (HF's rotate-half pairs (i,
-// i + d/2) become adjacent pairs (2i, 2i + 1), the pairs llama's RoPE turns).
+// Hugging Face model directories (config.json, safetensors, tokenizer.json or
+// Gemma's tokenizer.model) to GGUF, laid out as llama.cpp's
+// convert_hf_to_gguf.py lays them out for the classes models/arch.h lists:
+// LlamaForCausalLM ("llama", also Llama 3's rope_type "llama3", whose
+// frequency factors become rope_freqs.weight), Qwen2ForCausalLM ("qwen2"),
+// Qwen3ForCausalLM ("qwen3"), Gemma3ForCausalLM ("gemma3": norms stored as
+// 1 + w, a SentencePiece vocabulary), PhiForCausalLM ("phi2") and
+// Phi3ForCausalLM ("phi3"): the same tensor names, metadata keys and, for
+// llama, the same per-head reordering of attn_q/attn_k rows (HF's
+// rotate-half pairs (i, i + d/2) become adjacent pairs (2i, 2i + 1), the
+// pairs llama's RoPE turns).  config.json is read in both transformers 4.x
+// spellings (rope_theta, rope_scaling, rope_local_base_freq,
+// sliding_window_pattern) and 5.x ones (rope_parameters, per layer type for
+// Gemma 3, and layer_types).
 #pragma once
 
 #include <cstddef>
@@ -30,10 +38,11 @@ struct HfConvertOptions {
 
 // Throws lilims::Error (messages start "[convert]", or "[safetensors]" for
 // a corrupt checkpoint): LILIMS_ERR_MISSING for a missing config.json,
-// tokenizer.json, checkpoint or required hyperparameter;
-// LILIMS_ERR_UNSUPPORTED for an architecture, a tensor, a dtype or a RoPE
-// scaling it does not know; LILIMS_ERR_BAD_FORMAT for inconsistent shapes or
-// malformed files.  Facts the GGUF cannot carry (see add_hf_tokenizer) are
+// tokenizer file, checkpoint, weight or required hyperparameter (naming it);
+// LILIMS_ERR_UNSUPPORTED for an architecture, a tensor, a dtype, a RoPE
+// scaling or a setting it does not know (naming the config.json key);
+// LILIMS_ERR_BAD_FORMAT for inconsistent shapes (layer_types that do not fit
+// num_hidden_layers, ...) or malformed files.  Facts the GGUF cannot carry (see add_hf_tokenizer) are
 // appended to *notes when it is not null.
 gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt = {},
                             std::vector<std::string>* notes = nullptr);
@@ -48,7 +57,7 @@ struct HfWeightName {
   enum class Rows { as_is, rope_q, rope_k } rows = Rows::as_is;
 };
 // The GGUF name of HF tensor `hf` ("model.layers.3.self_attn.q_proj.weight")
-// in a model of GGUF architecture `arch` ("llama", "phi2", "phi3"); false
+// in a model of GGUF architecture `arch` ("llama", "qwen3", ...); false
 // when convert_hf_dir has none for it.  The block number is not checked.
 bool hf_weight_gguf_name(const std::string& arch, const std::string& hf, HfWeightName* out);
 
@@ -58,5 +67,18 @@ bool hf_weight_gguf_name(const std::string& arch, const std::string& hf, HfWeigh
 // n_head heads of an even size.
 std::vector<float> permute_rope_rows(const std::vector<float>& w, uint64_t rows, uint64_t cols,
                                      int64_t n_head, const std::string& name);
+
+// tokenizer.model (SentencePiece) as the tokenizer.ggml.* keys llama.cpp's
+// converter writes for it: model "llama", pre "default", every piece with
+// its score and type (USER_DEFINED pieces as NORMAL, as llama.cpp), ids up
+// to n_vocab without a piece as "[PAD<id>]" UNUSED; added_tokens.json and
+// tokenizer_config.json's added_tokens_decoder (score -1000, CONTROL when
+// special); bos/eos/unk/sep/pad/cls/mask ids, add_bos/add_eos and the chat
+// template.  `out` must hold general.name and general.architecture already
+// (see add_hf_tokenizer's notes on strip flags).  Returns the token count.
+// Throws LILIMS_ERR_MISSING without tokenizer.model, LILIMS_ERR_BAD_FORMAT
+// for a malformed one (the byte offset named).  models/convert_hf_spm.cpp.
+int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, gguf::Writer* out,
+                                    std::vector<std::string>* notes);
 
 }  // namespace lilims::models
