@@ -14,12 +14,15 @@ lilims / llama.cpp, and decode as a share of the read roofline
 (decode_weight_bytes per token x tokens/s / read bandwidth).
 
   bench/race.py [--shapes smollm2,tinyllama] [--types q4_0,q4_1,q8_0,f16]
-                [-t 2] [-p 512] [-n 64] [-r 3] [--load] [--real]
+                [-t 2] [-p 512] [-n 64] [-r 3] [--load] [--real] [--gemma]
                 [--build-dir build-race] [--llama-bench PATH] [--jsonl OUT]
 
 --load keeps one core busy with a competing process (a shell busy loop at
 the default nice level) for the whole run, and kills it at the end.
---real adds the real SmolLM2-135M-Instruct Q4_1 (scripts/fetch_model.sh).
+--real adds the real SmolLM2-135M-Instruct Q4_1 (scripts/fetch_model.sh);
+--gemma the real Gemma 3 270M Q4_K_M (scripts/fetch_gemma.sh; lilims
+re-quantizes its K-quant tensors at load).  --shapes '' leaves the random
+models out.
 llama.cpp comes from scripts/build_llamacpp.sh (built on first use, ~10-20
 min on 2 cores, outside the repo); lilims is built in --build-dir.
 Phi-3 shapes run in llama.cpp only: lilims has no phi3 builder yet, and its
@@ -206,6 +209,7 @@ def main():
     ap.add_argument("-r", type=int, default=3, help="alternated runs per tool and case")
     ap.add_argument("--load", action="store_true", help="keep one core busy meanwhile")
     ap.add_argument("--real", action="store_true", help="add the real SmolLM2-135M-Instruct Q4_1")
+    ap.add_argument("--gemma", action="store_true", help="add the real Gemma 3 270M Q4_K_M")
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build-race"))
     ap.add_argument("--models-dir", default=os.path.expanduser("~/.cache/lilims/bench-models"))
     ap.add_argument("--llama-bench", default="")
@@ -225,6 +229,9 @@ def main():
     if args.real:
         real = run(["bash", os.path.join(REPO, "scripts", "fetch_model.sh")]).stdout.strip()
         cases.append(("SmolLM2-135M-Instruct Q4_1 (real)", real))
+    if args.gemma:
+        gemma = run(["bash", os.path.join(REPO, "scripts", "fetch_gemma.sh")]).stdout.strip()
+        cases.append(("Gemma 3 270M Q4_K_M (real)", gemma))
     for shape in shapes:
         for wtype in types:
             cases.append((f"{SHAPE_FILES[shape]} {wtype.upper()}",

@@ -41,6 +41,18 @@ Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const Mode
   PlanOptions o = opt;
   o.n_threads = pool.size();
   plan_ = make_plan(graph_, o, model);
+  allocate(std::move(hook));
+}
+
+Executor::Executor(Graph g, Plan plan, ThreadPool& pool, CommitHook hook)
+    : graph_(std::move(g)), plan_(std::move(plan)), pool_(pool) {
+  if (plan_.opt.n_threads != pool.size() || plan_.offset.size() != graph_.tensors().size()) {
+    throw Error(LILIMS_ERR_INTERNAL, "[executor] the plan was not made for this graph and pool");
+  }
+  allocate(std::move(hook));
+}
+
+void Executor::allocate(CommitHook hook) {
   if (graph_.shape().n_layer > 0) kv_ = std::make_unique<KvCache>(plan_.kv, hook);
 
   const uint64_t bytes = plan_.mem.arena + plan_.mem.matmul_act + plan_.mem.attn_scratch +

@@ -49,7 +49,15 @@ class Executor {
   // LILIMS_ERR_OUT_OF_MEMORY) and allocates everything.
   Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const ModelMemory& model = {},
            CommitHook hook = {});
+  // Runs g with a plan already made for it (make_plan(g, ...) with
+  // opt.n_threads = pool.size(); throws LILIMS_ERR_INTERNAL otherwise).
+  Executor(Graph g, Plan plan, ThreadPool& pool, CommitHook hook = {});
   ~Executor();
+
+ private:
+  void allocate(CommitHook hook);
+
+ public:
 
   // Runs tokens[0..n) at positions pos0..pos0+n-1 (pos0 + n <= n_ctx; the
   // cache must hold positions [0, pos0)).  logits receives n_vocab floats for

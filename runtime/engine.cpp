@@ -40,15 +40,6 @@ graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
                     "allow_ctx_beyond_train (CLI: --ctx-beyond-train)");
   }
   po.n_batch = opt.n_batch;
-  if (po.n_batch == 0) {  // the largest default block the memory holds at this context
-    SessionOptions o = opt;
-    o.n_ctx = po.n_ctx;
-    const uint64_t limit = opt.memory_budget > 0 ? opt.memory_budget : available_memory_bytes();
-    for (po.n_batch = kMaxDefaultBatch; po.n_batch > kMinDefaultBatch; po.n_batch /= 2) {
-      o.n_batch = po.n_batch;
-      if (limit == 0 || session_memory_estimate(model, o) <= limit) break;
-    }
-  }
   return po;
 }
 
@@ -92,10 +83,22 @@ graph::ModelMemory Model::memory(int32_t n_ctx) const {
 }
 
 PlannedSession plan_session(const Model& model, const SessionOptions& opt) {
-  const graph::PlanOptions po = plan_options(model, opt);
+  graph::PlanOptions po = plan_options(model, opt);
   graph::Graph g = session_graph(model, opt, po.n_ctx);
-  graph::Plan p = graph::make_plan(g, po, model.memory(po.n_ctx));
-  return PlannedSession{std::move(g), std::move(p)};
+  const graph::ModelMemory mm = model.memory(po.n_ctx);
+  if (po.n_batch != 0) {
+    graph::Plan p = graph::make_plan(g, po, mm);
+    return PlannedSession{std::move(g), std::move(p)};
+  }
+  // The largest default block the memory holds at this context: the one
+  // graph planned for each candidate.
+  const uint64_t limit = opt.memory_budget > 0 ? opt.memory_budget : available_memory_bytes();
+  for (po.n_batch = kMaxDefaultBatch;; po.n_batch /= 2) {
+    graph::Plan p = graph::make_plan(g, po, mm);
+    if (po.n_batch <= kMinDefaultBatch || limit == 0 || p.mem.session() <= limit) {
+      return PlannedSession{std::move(g), std::move(p)};
+    }
+  }
 }
 
 SchemaCache& Model::schema_cache() const {
@@ -134,10 +137,14 @@ int32_t resolve_n_ctx(const Model& model, const SessionOptions& opt) {
 Session::Session(const Model& model, const SessionOptions& opt) : model_(model) {
   SessionOptions resolved = opt;
   resolved.n_ctx = resolve_n_ctx(model, opt);
-  const graph::PlanOptions po = plan_options(model, resolved);
+  // One graph and one plan: the memory check reads the plan the executor runs.
+  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads), opt.pool_hook);
+  resolved.n_threads = pool_->size();
+  PlannedSession planned = plan_session(model, resolved);
+  const graph::PlanOptions& po = planned.plan.opt;
   // The whole cache counts, though it becomes resident only as tokens fill
   // it: a context the machine cannot hold would fail later, mid-chat.
-  const uint64_t need = session_memory_estimate(model, resolved);
+  const uint64_t need = planned.plan.mem.session();
   if (opt.memory_budget > 0 && need > opt.memory_budget) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY,
                 "[session] a context of " + std::to_string(po.n_ctx) + " tokens needs " +
@@ -153,11 +160,11 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
                     std::to_string(avail) + " bytes (" + mib(avail) + ") are available");
   }
   opt_ = resolved;
+  opt_.n_threads = opt.n_threads;
   plan_opt_ = po;
-  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads), opt.pool_hook);
   try {
-    exec_ = std::make_unique<graph::Executor>(session_graph(model, resolved, po.n_ctx), po, *pool_,
-                                              model.memory(po.n_ctx), opt.commit_hook);
+    exec_ = std::make_unique<graph::Executor>(std::move(planned.graph), std::move(planned.plan), *pool_,
+                                              opt.commit_hook);
   } catch (const std::bad_alloc&) {
     throw Error(LILIMS_ERR_OUT_OF_MEMORY, "[session] not enough memory for a KV cache of " +
                                               std::to_string(po.n_ctx) + " tokens");
