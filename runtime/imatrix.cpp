@@ -101,30 +101,34 @@ Calibration calibrate(const Model& model, const std::vector<int32_t>& tokens, co
       }
     }
   };
-  for (const models::Layer& layer : w.layers) {
-    // q, k and v read the attention norm's output, gate and up the FFN
-    // norm's (models/builders.cpp).
-    const models::Weight* qkv = layer.wq.present() ? &layer.wq : nullptr;
-    const models::Weight* ffn = layer.w_gate.present() ? &layer.w_gate : nullptr;
-    add(layer.wq, nullptr);
-    add(layer.wk, qkv);
-    add(layer.wv, qkv);
-    add(layer.wqkv, nullptr);
-    add(layer.wo, nullptr);
-    add(layer.w_gate, nullptr);
-    add(layer.w_up, ffn);
-    add(layer.w_down, nullptr);
-  }
-  add(w.output, nullptr);
-
   graph::PlanOptions po;
   po.n_ctx = opt.n_ctx;
   po.n_batch = std::max(1, opt.n_batch);
   po.n_threads = std::max(1, opt.n_threads);
   models::BuildOptions bo;
   bo.n_ctx = opt.n_ctx;
+  graph::Graph g = models::build_graph(w, bo);
+  // Every matmul of the graph, by its weight; weights whose matmuls read one
+  // tensor (q, k and v the attention norm's output, gate and up the MLP
+  // norm's, as the family's builder wires them) share the first one's moments.
+  std::unordered_map<const kernels::PackedWeight*, const models::Weight*> by_packed;
+  auto weight = [&](const models::Weight& x) {
+    if (x.present()) by_packed[&x.packed] = &x;
+  };
+  for (const models::Layer& layer : w.layers) {
+    for (const models::Weight* x : layer.weights()) weight(*x);
+  }
+  weight(w.output);
+  std::unordered_map<int, const models::Weight*> first_reader;  // input tensor -> weight
+  for (const graph::Node& n : g.nodes()) {
+    if (n.op != graph::Op::matmul) continue;
+    const auto it = by_packed.find(n.w);
+    if (it == by_packed.end()) continue;
+    const auto [first, fresh] = first_reader.emplace(g.root(n.a), it->second);
+    add(*it->second, fresh ? nullptr : first->second);
+  }
   graph::ThreadPool pool(po.n_threads);
-  graph::Executor exec(models::build_graph(w, bo), po, pool, model.memory(opt.n_ctx));
+  graph::Executor exec(std::move(g), po, pool, model.memory(opt.n_ctx));
   exec.set_matmul_observer({&Collector::observe, &collector});
 
   const tok::Tokenizer& tk = model.tokenizer();
