@@ -31,7 +31,8 @@ void load(Reader& r, Model& m) {
   }
   const bool has_long = r.has_tensor("rope_factors_long.weight");
   if (has_long != r.has_tensor("rope_factors_short.weight")) {
-    bad(LILIMS_ERR_BAD_FORMAT, "phi3 needs both rope_factors_long and rope_factors_short, or neither");
+    bad(LILIMS_ERR_BAD_FORMAT, std::string("phi3 needs both rope_factors_long and rope_factors_short, or neither; ") +
+                                   (has_long ? "rope_factors_short.weight" : "rope_factors_long.weight") + " is missing");
   }
   if (has_long) {
     m.rope_factors_long = r.vector("rope_factors_long.weight", hp.n_rot / 2);

@@ -96,6 +96,7 @@ void read_output(Reader& r, Model& m, bool layer_norm) {
     m.output = r.weight("output.weight", hp.n_vocab, hp.n_embd);
     if (r.has_tensor("output.bias")) m.output.bias = r.vector("output.bias", hp.n_vocab);
   } else {
+    if (r.has_tensor("output.bias")) bad(LILIMS_ERR_BAD_FORMAT, "output.bias without output.weight");
     m.output = r.weight("token_embd.weight", hp.n_vocab, hp.n_embd);
     m.tied_output = true;
   }
