@@ -12,28 +12,6 @@
 
 namespace lilims::graph {
 
-namespace {
-bool row_wise(Op op) {
-  switch (op) {
-    case Op::rms_norm:
-    case Op::layer_norm:
-    case Op::rope:
-    case Op::copy:
-    case Op::swiglu:
-    case Op::gelu:
-    case Op::add:
-    case Op::quick_gelu:
-    case Op::gelu_erf:
-    case Op::head_norm:
-    case Op::geglu:
-    case Op::scale:
-    case Op::softcap:
-      return true;
-    default:
-      return false;
-  }
-}
-}  // namespace
 
 Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const ModelMemory& model,
                    CommitHook hook)

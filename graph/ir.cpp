@@ -44,6 +44,27 @@ const char* op_name(Op op) {
   return "?";
 }
 
+bool row_wise(Op op) {
+  switch (op) {
+    case Op::rms_norm:
+    case Op::layer_norm:
+    case Op::rope:
+    case Op::copy:
+    case Op::swiglu:
+    case Op::gelu:
+    case Op::add:
+    case Op::quick_gelu:
+    case Op::gelu_erf:
+    case Op::head_norm:
+    case Op::geglu:
+    case Op::scale:
+    case Op::softcap:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int Graph::tensor(const std::string& name, int64_t n_cols) {
   if (n_cols <= 0) bad("tensor " + name + " has no columns");
   tensors_.push_back(Tensor{name, n_cols, Storage::arena, -1, -1, 0});

@@ -73,6 +73,12 @@ enum class Op : uint8_t {
 // The last op, for tables indexed by op.
 constexpr int kOpCount = (int)Op::softcap + 1;
 const char* op_name(Op op);
+// Whether row t of the op's output depends on row t of its inputs alone.
+// The executor runs consecutive row-wise nodes of a chunk as one job, each
+// task taking all of them for its rows; the planner keeps every tensor such
+// a run touches alive for the whole run (a task may write a row of one
+// while another task still reads its rows of a tensor that dies in it).
+bool row_wise(Op op);
 
 struct Node {
   Op op = Op::embed;

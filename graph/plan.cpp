@@ -21,19 +21,29 @@ std::string mib(uint64_t b) {
 }
 
 // Offsets of the arena tensors: each (rows x cols floats) lives from the
-// node that first writes it to the node that last reads it; tensors whose
-// lives overlap get disjoint bytes.  Largest first, each at the lowest
+// node that first writes it to the node that last reads it, a run of
+// row-wise nodes counting as one node (the executor runs it row by row
+// across tasks: graph::row_wise); tensors whose lives overlap get disjoint
+// bytes.  Largest first, each at the lowest
 // offset that fits (the usual greedy; optimal is NP-hard).
 uint64_t assign_offsets(const Graph& g, int32_t n_batch, std::vector<int64_t>& offset) {
   const auto& ts = g.tensors();
   const auto& nodes = g.nodes();
+  // step[i]: the first node of the row-wise run node i is in (itself otherwise).
+  std::vector<int> step(nodes.size());
+  for (const Chunk& ch : g.chunks()) {
+    for (int i = ch.node_begin; i < ch.node_end; ++i) {
+      const bool joins = i > ch.node_begin && row_wise(nodes[(size_t)i].op) && row_wise(nodes[(size_t)i - 1].op);
+      step[(size_t)i] = joins ? step[(size_t)i - 1] : i;
+    }
+  }
   std::vector<int> first(ts.size(), -1), last(ts.size(), -1);
   for (int i = 0; i < (int)nodes.size(); ++i) {
     const Node& n = nodes[(size_t)i];
     for (int t : {n.out, n.a, n.b, n.c}) {
       if (t < 0) continue;
       const int r = g.root(t);
-      if (first[(size_t)r] < 0) first[(size_t)r] = i;
+      if (first[(size_t)r] < 0) first[(size_t)r] = step[(size_t)i];
       last[(size_t)r] = i;
     }
   }
