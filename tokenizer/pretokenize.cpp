@@ -89,6 +89,62 @@ size_t match_llama3(const uint32_t* c, size_t p, size_t e) {
   return 0;
 }
 
+// GPT-4o's (o200k) pattern as llama.cpp runs it (llama-vocab.cpp's adapted
+// regex over its category-collapsed text):
+//   [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}|
+//    ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// with C = (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]), U a
+// letter but a-z and L a letter but A-Z: llama.cpp tells case apart in ASCII
+// only (tokenizer.json's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+// [\p{Ll}\p{Lm}\p{Lo}\p{M}] do it for every script and take marks in).
+bool is_o200k_upper(uint32_t cp) { return unicode_is_letter(cp) && !(cp >= 'a' && cp <= 'z'); }
+bool is_o200k_lower(uint32_t cp) { return unicode_is_letter(cp) && !(cp >= 'A' && cp <= 'Z'); }
+bool is_not_crlf_letter_number(uint32_t cp) {
+  return !is_crlf(cp) && !(unicode_category(cp) & (kCatLetter | kCatNumber));
+}
+
+// The end of U{min_upper,}L{min_lower,}C? at c[q] (backtracking the greedy
+// U run as a regex engine does), or 0 if it does not match.
+size_t o200k_word_end(const uint32_t* c, size_t q, size_t e, size_t min_upper, size_t min_lower) {
+  for (size_t k = run(c, q, e, is_o200k_upper) + 1; k-- > min_upper;) {
+    const size_t r = q + k;
+    const size_t m = run(c, r, e, is_o200k_lower);
+    if (m < min_lower) continue;
+    return r + m + match_contraction(c, r + m, e, true);
+  }
+  return 0;
+}
+
+size_t match_o200k(const uint32_t* c, size_t p, size_t e) {
+  const bool lead = is_not_crlf_letter_number(c[p]);
+  // U*L+ before U+L*, each with the leading character first, then without.
+  static constexpr std::pair<size_t, size_t> kWordShapes[] = {{0, 1}, {1, 0}};
+  for (const auto& [min_upper, min_lower] : kWordShapes) {
+    if (lead && p + 1 < e) {
+      if (size_t end = o200k_word_end(c, p + 1, e, min_upper, min_lower)) return end - p;
+    }
+    if (size_t end = o200k_word_end(c, p, e, min_upper, min_lower)) return end - p;
+  }
+  if (unicode_is_number(c[p])) {
+    const size_t n = run(c, p, e, unicode_is_number);
+    return n < 3 ? n : 3;
+  }
+  const size_t q = (c[p] == ' ' && p + 1 < e && is_other(c[p + 1])) ? p + 1 : p;
+  if (is_other(c[q])) {
+    size_t r = q + run(c, q, e, is_other);
+    r += run(c, r, e, [](uint32_t cp) { return is_crlf(cp) || cp == '/'; });
+    return r - p;
+  }
+  if (is_ws(c[p])) {
+    const size_t n = run(c, p, e, is_ws);
+    for (size_t j = p + n; j-- > p;) {
+      if (is_crlf(c[j])) return j + 1 - p;  // \s*[\r\n]+
+    }
+    return match_ws_tail(c, p, e);
+  }
+  return 0;
+}
+
 // \p{N}
 size_t match_number1(const uint32_t* c, size_t p, size_t) { return unicode_is_number(c[p]) ? 1 : 0; }
 // \p{N}+
@@ -218,6 +274,9 @@ const NamedSpec kNames[] = {
     {"deepseek-llm", {PreTokenizer::kDeepseekLlm, false, false}},
     {"deepseek-coder", {PreTokenizer::kDeepseekCoder, false, false}},
     {"falcon", {PreTokenizer::kFalcon, false, false}},
+    {"gpt-4o", {PreTokenizer::kGpt4o, false, false}}, {"llama4", {PreTokenizer::kGpt4o, false, false}},
+    {"kanana2", {PreTokenizer::kGpt4o, false, false}}, {"talkie", {PreTokenizer::kGpt4o, false, false}},
+    {"minimax-m2", {PreTokenizer::kGpt4o, false, false}},
 };
 
 }  // namespace
@@ -251,6 +310,7 @@ const char* pre_tokenizer_name(PreTokenizer type) {
     case PreTokenizer::kDeepseekLlm: return "deepseek-llm";
     case PreTokenizer::kDeepseekCoder: return "deepseek-coder";
     case PreTokenizer::kFalcon: return "falcon";
+    case PreTokenizer::kGpt4o: return "gpt-4o";
     case PreTokenizer::kDefault: return "default";
   }
   return nullptr;
@@ -301,6 +361,9 @@ void pre_tokenize(PreTokenizer type, std::string_view text, std::vector<std::pai
       split_pass(c, match_falcon_punct, &r);
       split_pass(c, match_gpt2, &r);
       split_pass(c, match_three_digits, &r);
+      break;
+    case PreTokenizer::kGpt4o:
+      split_pass(c, match_o200k, &r);
       break;
     case PreTokenizer::kDefault:
       split_pass(c, match_default_punct, &r);

@@ -23,6 +23,7 @@ enum class PreTokenizer {
   kDeepseekLlm,
   kDeepseekCoder,
   kFalcon,
+  kGpt4o,          // gpt-4o, llama4 (o200k: words split at ASCII case changes, digits in 1-3)
   kDefault,        // llama.cpp's split for a byte-level BPE of no known pre-tokenizer
 };
 

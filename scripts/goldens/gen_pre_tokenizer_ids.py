@@ -42,6 +42,7 @@ NAMES = [
     "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open",
     "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2",
     "deepseek-llm", "deepseek-coder", "falcon",
+    "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2",
 ]
 
 # convert_hf_to_gguf.py's chktxt (made to tell pre-tokenizers apart), then
@@ -62,6 +63,9 @@ PROBES = [
     "!!!\n\n...\r\nok?)\n",
     "Äpfel, Straße, naïve café, Ångström; нещо на Български",
     "我想在apple工作1314151天～ 日本語のテキスト 한국어 텍스트 ﬁ ½ ² Ⅻ",
+    "HELLOworld iPhone's McDONALD'S CamelCaseWord XMLHttpRequest I'M OK'd",
+    "ÄÖÜäöü STRAßE Ñandú ÉCOLE élève e\u0301cole ǅemal Σίσυφος ΣΊΣΥΦΟΣ",
+    "a/b//\n/usr/bin/\r\nx --flag=1/2 ..//\n\n",
 ]
 
 
