@@ -283,3 +283,27 @@ TEST(CApiLoad, ModelBudget) {
 }
 
 }  // namespace
+
+namespace {
+
+// lilims_model_info names each family's file by its general.architecture.
+TEST(CApiLoad, InfoNamesTheArchitecture) {
+  const struct {
+    const char* file;
+    const char* arch;
+  } cases[] = {{"gemma3", "gemma3"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"},
+               {"llama3", "llama"},  {"phi2", "phi2"},   {"phi3", "phi3"}};
+  for (const auto& c : cases) {
+    const std::string path = lilims::test::source_path(std::string("tests/data/families/") + c.file + ".q8_0.gguf");
+    lilims_model* m = nullptr;
+    ASSERT_EQ(lilims_model_open(path.c_str(), nullptr, &m), LILIMS_OK) << c.file;
+    ModelPtr model(m);
+    lilims_model_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ASSERT_EQ(lilims_model_get_info(m, &info), LILIMS_OK);
+    EXPECT_STREQ(info.architecture, c.arch) << c.file;
+  }
+}
+
+}  // namespace

@@ -95,6 +95,8 @@ struct Case {
   const char* type;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.family << " " << c.type; }
+
 class Families : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Families, LogitsMatchTransformers) {
