@@ -3,6 +3,7 @@
 // "architectures" class); what each family needs beyond the shared keys is
 // here, after what llama.cpp's convert_hf_to_gguf.py writes for it.
 #include "models/convert_hf.h"
+#include "models/convert_util.h"
 
 #include <unistd.h>
 
@@ -203,15 +204,6 @@ const Family* family_of(const std::string& arch) {
   return nullptr;
 }
 
-bool regular_file_exists(const std::string& path) {
-  unsigned long long size = 0;
-  try {
-    ::close(open_regular_file(path, "convert", &size));
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
 
 bool ends_with(const std::string& s, const char* tail) {
   const size_t n = std::char_traits<char>::length(tail);
@@ -614,7 +606,7 @@ gguf::Writer convert_hf_dir(const std::string& dir, const HfConvertOptions& opt,
   // has one (as llama.cpp), everything else from tokenizer.json.
   std::vector<std::string> tok_notes;
   int64_t n_tokens = n_vocab;
-  if (gemma3 && regular_file_exists(dir + "/tokenizer.model")) {
+  if (gemma3 && hf::regular_file_exists(dir + "/tokenizer.model")) {
     n_tokens = add_sentencepiece_tokenizer(dir, n_vocab, &out, &tok_notes);
     out.add_bool("tokenizer.ggml.add_space_prefix", false);  // every Gemma: no dummy prefix
   } else {

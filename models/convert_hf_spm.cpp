@@ -17,39 +17,26 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "models/convert_hf.h"
+#include "models/convert_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lilims::models {
 namespace {
 
 using nlohmann::json;
+using hf::kByte;
+using hf::kControl;
+using hf::kNormal;
+using hf::kUnknown;
+using hf::kUnused;
+using hf::kUserDefined;
 
-// GGUF token types (llama.cpp's llama_token_type); SentencePiece's piece types
-// use the same numbers for NORMAL..BYTE.
-constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
-                  kByte = 6;
 
 [[noreturn]] void bad(const std::string& msg) {
   throw Error(LILIMS_ERR_BAD_FORMAT, "[convert] " + msg);
 }
 
-bool file_exists(const std::string& path) {
-  unsigned long long size = 0;
-  try {
-    ::close(open_regular_file(path, "convert", &size));
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
 
-json parse_json_file(const std::string& path, const char* name) {
-  try {
-    return json::parse(read_regular_file(path, "convert"));
-  } catch (const json::exception& e) {
-    bad(std::string(name) + " is not JSON: " + e.what());
-  }
-}
 
 // One protobuf message: fields read in order, each bounded by the message.
 class Proto {
@@ -165,30 +152,7 @@ bool looks_special(const std::string& t) {
          wraps("<\xef\xbd\x9c", "\xef\xbd\x9c>") || wraps("<unused", ">");
 }
 
-std::string token_content(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
-    return v["content"].get<std::string>();
-  }
-  return "";
-}
 
-std::string chat_template(const std::string& dir, const json& cfg) {
-  if (cfg.contains("chat_template")) {
-    const json& t = cfg["chat_template"];
-    if (t.is_string()) return t.get<std::string>();
-    if (t.is_array()) {  // named templates: the "default" one
-      for (const json& e : t) {
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-            e["template"].is_string()) {
-          return e["template"].get<std::string>();
-        }
-      }
-    }
-  }
-  const std::string jinja = dir + "/chat_template.jinja";
-  return file_exists(jinja) ? read_regular_file(jinja, "convert") : "";
-}
 
 // add_bos / add_eos from tokenizer.json's TemplateProcessing, as
 // gguf.SpecialVocab reads it (its single-sequence template: a leading special
@@ -196,8 +160,8 @@ std::string chat_template(const std::string& dir, const json& cfg) {
 void template_flags(const std::string& dir, const std::string& bos, const std::string& eos,
                     int* add_bos, int* add_eos) {
   const std::string path = dir + "/tokenizer.json";
-  if (!file_exists(path)) return;
-  const json root = parse_json_file(path, "tokenizer.json");
+  if (!hf::regular_file_exists(path)) return;
+  const json root = hf::parse_json_file(path, "tokenizer.json");
   if (!root.is_object() || !root.contains("post_processor") || !root["post_processor"].is_object()) return;
   const json& pp = root["post_processor"];
   const json procs = pp.contains("processors") && pp["processors"].is_array() ? pp["processors"]
@@ -222,7 +186,7 @@ void template_flags(const std::string& dir, const std::string& bos, const std::s
 int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, gguf::Writer* out,
                                     std::vector<std::string>* notes) {
   const std::string path = dir + "/tokenizer.model";
-  if (!file_exists(path)) {
+  if (!hf::regular_file_exists(path)) {
     throw Error(LILIMS_ERR_MISSING, "[convert] " + dir + " has no tokenizer.model");
   }
   const std::vector<Piece> pieces = read_pieces(read_regular_file(path, "convert"));
@@ -252,8 +216,8 @@ int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, ggu
   // Added tokens: added_tokens.json, then tokenizer_config.json's
   // added_tokens_decoder (which wins), each scored -1000.
   auto in_range = [n](int64_t id) { return id >= 0 && id < n; };
-  if (file_exists(dir + "/added_tokens.json")) {
-    const json added = parse_json_file(dir + "/added_tokens.json", "added_tokens.json");
+  if (hf::regular_file_exists(dir + "/added_tokens.json")) {
+    const json added = hf::parse_json_file(dir + "/added_tokens.json", "added_tokens.json");
     if (!added.is_object()) bad("added_tokens.json is not a JSON object");
     for (const auto& kv : added.items()) {
       if (!kv.value().is_number_integer()) bad("added_tokens.json: '" + kv.key() + "' has no integer id");
@@ -264,8 +228,8 @@ int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, ggu
       types[id] = kUserDefined;
     }
   }
-  const json cfg = file_exists(dir + "/tokenizer_config.json")
-                       ? parse_json_file(dir + "/tokenizer_config.json", "tokenizer_config.json")
+  const json cfg = hf::regular_file_exists(dir + "/tokenizer_config.json")
+                       ? hf::parse_json_file(dir + "/tokenizer_config.json", "tokenizer_config.json")
                        : json::object();
   if (!cfg.is_object()) bad("tokenizer_config.json is not a JSON object");
   struct Strip {
@@ -312,7 +276,7 @@ int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, ggu
 
   // Special ids: tokenizer_config.json names the token, else config.json
   // gives the id (gguf.SpecialVocab's two sources, in its order).
-  const json model_cfg = parse_json_file(dir + "/config.json", "config.json");
+  const json model_cfg = hf::parse_json_file(dir + "/config.json", "config.json");
   auto find_id = [&](const std::string& content) -> int64_t {
     if (content.empty()) return -1;
     for (int64_t id = 0; id < n; ++id) {
@@ -330,7 +294,7 @@ int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, ggu
                               {"mask", "mask_token_id"}};
   for (const Special& s : specials) {
     const std::string typ = s.typ;
-    int64_t id = cfg.contains(typ + "_token") ? find_id(token_content(cfg[typ + "_token"])) : -1;
+    int64_t id = cfg.contains(typ + "_token") ? find_id(hf::token_content(cfg[typ + "_token"])) : -1;
     if (id < 0 && model_cfg.is_object() && model_cfg.contains(typ + "_token_id") &&
         model_cfg[typ + "_token_id"].is_number_integer()) {
       id = model_cfg[typ + "_token_id"].get<int64_t>();
@@ -340,8 +304,8 @@ int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, ggu
 
   // add_bos / add_eos: the post-processor's template, else tokenizer_config.json.
   int add_bos = -1, add_eos = -1;
-  template_flags(dir, cfg.contains("bos_token") ? token_content(cfg["bos_token"]) : "",
-                 cfg.contains("eos_token") ? token_content(cfg["eos_token"]) : "", &add_bos, &add_eos);
+  template_flags(dir, cfg.contains("bos_token") ? hf::token_content(cfg["bos_token"]) : "",
+                 cfg.contains("eos_token") ? hf::token_content(cfg["eos_token"]) : "", &add_bos, &add_eos);
   auto flag = [&cfg](const char* k, int* v) {
     if (*v < 0 && cfg.contains(k) && cfg[k].is_boolean()) *v = cfg[k].get<bool>();
   };
@@ -349,7 +313,7 @@ int64_t add_sentencepiece_tokenizer(const std::string& dir, int64_t n_vocab, ggu
   flag("add_eos_token", &add_eos);
   if (add_bos >= 0) out->add_bool("tokenizer.ggml.add_bos_token", add_bos == 1);
   if (add_eos >= 0) out->add_bool("tokenizer.ggml.add_eos_token", add_eos == 1);
-  const std::string tmpl = chat_template(dir, cfg);
+  const std::string tmpl = hf::chat_template(dir, cfg);
   if (!tmpl.empty()) out->add_string("tokenizer.chat_template", tmpl);
 
   // lilims must run what it writes; and GGUF has no key for lstrip/rstrip

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "models/convert_util.h"
 #include "models/gguf.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
@@ -16,32 +17,19 @@ namespace lilims::models {
 namespace {
 
 using nlohmann::json;
+using hf::kByte;
+using hf::kControl;
+using hf::kNormal;
+using hf::kUnknown;
+using hf::kUnused;
+using hf::kUserDefined;
 
-// GGUF token types (llama.cpp's llama_token_type).
-constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
-                  kByte = 6;
 
 [[noreturn]] void bad(const std::string& msg) {
   throw Error(LILIMS_ERR_BAD_FORMAT, "[convert] " + msg);
 }
 
-bool file_exists(const std::string& path) {
-  unsigned long long size = 0;
-  try {
-    ::close(open_regular_file(path, "convert", &size));
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
 
-json parse_file(const std::string& path, const char* name) {
-  try {
-    return json::parse(read_regular_file(path, "convert"));
-  } catch (const json::exception& e) {
-    bad(std::string(name) + " is not JSON: " + e.what());
-  }
-}
 
 // Every step of a pre_tokenizer / normalizer / decoder, Sequences flattened.
 void collect_types(const json& node, std::vector<std::string>* out) {
@@ -65,39 +53,16 @@ bool has_step(const json& root, const char* section, const char* type) {
 
 // tokenizer_config.json names special tokens as a string or {"content": ...}.
 std::string token_content(const json& cfg, const std::string& key) {
-  if (!cfg.contains(key)) return "";
-  const json& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
-    return v["content"].get<std::string>();
-  }
-  return "";
+  return cfg.contains(key) ? hf::token_content(cfg[key]) : "";
 }
 
-std::string chat_template(const std::string& dir, const json& cfg) {
-  if (cfg.contains("chat_template")) {
-    const json& t = cfg["chat_template"];
-    if (t.is_string()) return t.get<std::string>();
-    // A list of named templates: the "default" one, as llama.cpp writes.
-    if (t.is_array()) {
-      for (const json& e : t) {
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-            e["template"].is_string()) {
-          return e["template"].get<std::string>();
-        }
-      }
-    }
-  }
-  const std::string jinja = dir + "/chat_template.jinja";
-  return file_exists(jinja) ? read_regular_file(jinja, "convert") : "";
-}
 
 }  // namespace
 
 void add_hf_tokenizer(const std::string& dir, const HfTokenizerOptions& opt, gguf::Writer* out,
                       std::vector<std::string>* notes) {
   const std::string path = dir + "/tokenizer.json";
-  if (!file_exists(path)) {
+  if (!hf::regular_file_exists(path)) {
     throw Error(LILIMS_ERR_MISSING, "[convert] " + dir + " has no tokenizer.json (a tokenizer.model "
                                     "alone is not supported)");
   }
@@ -105,8 +70,8 @@ void add_hf_tokenizer(const std::string& dir, const HfTokenizerOptions& opt, ggu
   // lilims must be able to run what it writes: this also checks the file.
   const std::unique_ptr<tok::Tokenizer> probe = tok::Tokenizer::from_hf_json(text);
   const json root = json::parse(text);  // valid: from_hf_json parsed it
-  const json cfg = file_exists(dir + "/tokenizer_config.json")
-                       ? parse_file(dir + "/tokenizer_config.json", "tokenizer_config.json")
+  const json cfg = hf::regular_file_exists(dir + "/tokenizer_config.json")
+                       ? hf::parse_json_file(dir + "/tokenizer_config.json", "tokenizer_config.json")
                        : json::object();
   try {
     const json& model = root.at("model");
@@ -229,7 +194,7 @@ void add_hf_tokenizer(const std::string& dir, const HfTokenizerOptions& opt, ggu
     out->add_bool("tokenizer.ggml.add_bos_token", add_bos);
     out->add_bool("tokenizer.ggml.add_eos_token", add_eos);
 
-    const std::string tmpl = chat_template(dir, cfg);
+    const std::string tmpl = hf::chat_template(dir, cfg);
     if (!tmpl.empty()) out->add_string("tokenizer.chat_template", tmpl);
 
     // GGUF has no key for lstrip/rstrip: readers derive them from the
