@@ -9,15 +9,8 @@ void read(Reader&, HParams&) {}
 
 void load(Reader& r, Model& m) {
   const HParams& hp = m.hp;
-  const int64_t d = hp.n_embd;
   for (int l = 0; l < hp.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    Layer& L = m.layers[(size_t)l];
-    L.attn_norm = r.rms_norm(p + "attn_norm", d);
-    read_qkv(r, m, L, p, false);
-    L.wo = r.weight(p + "attn_output.weight", d, hp.q_dim());
-    L.ffn_norm = r.rms_norm(p + "ffn_norm", d);
-    read_gated_ffn(r, m, L, p);
+    read_llama_block(r, m, m.layers[(size_t)l], "blk." + std::to_string(l) + ".", false);
   }
   // Llama 3's frequency scaling, as the converter stores it.
   if (r.has_tensor("rope_freqs.weight")) m.rope_factors_long = r.vector("rope_freqs.weight", hp.n_rot / 2);

@@ -11,27 +11,24 @@ namespace {
 
 void read(Reader&, HParams&) {}
 
-void load(Reader& r, Model& m, bool qk_norm) {
-  const HParams& hp = m.hp;
-  const int64_t d = hp.n_embd;
-  for (int l = 0; l < hp.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    Layer& L = m.layers[(size_t)l];
-    L.attn_norm = r.rms_norm(p + "attn_norm", d);
-    // Qwen2 has biases on Q, K and V; Qwen3 none.
-    read_qkv(r, m, L, p, !qk_norm);
-    if (qk_norm) {
-      L.attn_q_norm = r.rms_norm(p + "attn_q_norm", hp.head_dim);
-      L.attn_k_norm = r.rms_norm(p + "attn_k_norm", hp.head_dim);
-    }
-    L.wo = r.weight(p + "attn_output.weight", d, hp.q_dim());
-    L.ffn_norm = r.rms_norm(p + "ffn_norm", d);
-    read_gated_ffn(r, m, L, p);
+// Qwen3's per-head RMSNorm of Q and K.
+void read_qk_norm(Reader& r, Model& m, Layer& L, const std::string& p) {
+  L.attn_q_norm = r.rms_norm(p + "attn_q_norm", m.hp.head_dim);
+  L.attn_k_norm = r.rms_norm(p + "attn_k_norm", m.hp.head_dim);
+}
+
+// Qwen2 has biases on Q, K and V; Qwen3 none, but Q/K norms.
+void load_qwen2(Reader& r, Model& m) {
+  for (int l = 0; l < m.hp.n_layer; ++l) {
+    read_llama_block(r, m, m.layers[(size_t)l], "blk." + std::to_string(l) + ".", true);
   }
 }
 
-void load_qwen2(Reader& r, Model& m) { load(r, m, false); }
-void load_qwen3(Reader& r, Model& m) { load(r, m, true); }
+void load_qwen3(Reader& r, Model& m) {
+  for (int l = 0; l < m.hp.n_layer; ++l) {
+    read_llama_block(r, m, m.layers[(size_t)l], "blk." + std::to_string(l) + ".", false, read_qk_norm);
+  }
+}
 
 }  // namespace
 

@@ -116,4 +116,15 @@ void read_gated_ffn(Reader& r, Model& m, Layer& L, const std::string& p) {
   L.w_down = r.weight(p + "ffn_down.weight", d, hp.n_ff);
 }
 
+void read_llama_block(Reader& r, Model& m, Layer& L, const std::string& p, bool qkv_bias,
+                      void (*between)(Reader&, Model&, Layer&, const std::string&)) {
+  const int64_t d = m.hp.n_embd;
+  L.attn_norm = r.rms_norm(p + "attn_norm", d);
+  read_qkv(r, m, L, p, qkv_bias);
+  if (between) between(r, m, L, p);
+  L.wo = r.weight(p + "attn_output.weight", d, m.hp.q_dim());
+  L.ffn_norm = r.rms_norm(p + "ffn_norm", d);
+  read_gated_ffn(r, m, L, p);
+}
+
 }  // namespace lilims::models

@@ -298,5 +298,9 @@ int geglu_mlp(LayerGraph& lg, int l, int h);
 void read_qkv(Reader& r, Model& m, Layer& L, const std::string& p, bool bias);
 // ffn_gate and ffn_up, stacked into w_up when the reader can; ffn_down.
 void read_gated_ffn(Reader& r, Model& m, Layer& L, const std::string& p);
+// llama's block: attn_norm, Q/K/V (read_qkv), attn_output, ffn_norm, the
+// gated MLP; `between` (may be null) reads what a family adds after Q/K/V.
+void read_llama_block(Reader& r, Model& m, Layer& L, const std::string& p, bool qkv_bias,
+                      void (*between)(Reader&, Model&, Layer&, const std::string&) = nullptr);
 
 }  // namespace lilims::models
