@@ -44,6 +44,13 @@ struct lilims_session {
 
 namespace {
 
+// The chat template names lilims knows, for messages.
+std::string template_names() {
+  std::string s;
+  for (const std::string& n : lilims::tok::chat_template_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 thread_local std::string g_last_error;
 
 lilims_status set_error(lilims_status st, const std::string& msg) {
@@ -409,7 +416,7 @@ lilims_status lilims_chat_apply_template(const lilims_model* model, const char* 
     if (name.empty()) {
       return set_error(LILIMS_ERR_UNSUPPORTED,
                        "[chat_apply_template] the model has no chat template lilims knows; "
-                       "name one (chatml, llama2, zephyr, phi3, llama3)");
+                       "name one (" + template_names() + ")");
     }
     std::vector<lilims::tok::ChatMessage> msgs;
     for (size_t i = 0; i < n_messages; ++i) {
@@ -440,7 +447,7 @@ lilims_status lilims_chat_tokenize(const lilims_model* model, const char* templa
     if (name.empty()) {
       return set_error(LILIMS_ERR_UNSUPPORTED,
                        "[chat_tokenize] the model has no chat template lilims knows; "
-                       "name one (chatml, llama2, zephyr, phi3, llama3)");
+                       "name one (" + template_names() + ")");
     }
     std::vector<lilims::tok::ChatMessage> msgs;
     for (size_t i = 0; i < n_messages; ++i) {

@@ -59,6 +59,10 @@ PreTokenizer recognise_pre_tokenizer(const json& root) {
     }
   }
   for (const std::string& p : patterns) {
+    // GPT-4o's o200k: words split where upper case turns to lower.
+    if (contains(p, "\\p{N}{1,3}") && contains(p, "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}")) {
+      return PreTokenizer::kGpt4o;
+    }
     if (contains(p, "\\p{N}{1,3}")) return PreTokenizer::kLlama3;
     if (contains(p, "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+") && contains(p, "\\p{N}|")) return PreTokenizer::kQwen2;
   }

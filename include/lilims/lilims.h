@@ -203,7 +203,8 @@ typedef struct lilims_chat_message {
 } lilims_chat_message;
 
 /* Formats messages with the model's chat template (or template_name when not
- * NULL: "chatml", "llama2", "zephyr", "phi3", "llama3") and, when
+ * NULL: "chatml", "chatml-plain", "qwen1.5", "qwen2", "qwen3", "llama2",
+ * "zephyr", "phi3", "llama3", "gemma") and, when
  * add_generation_prompt, the opening of the assistant's turn.  Same capacity
  * rule as lilims_tokenize; the output is NUL-terminated when it fits.
  * Tokenizing this text with parse_special = 1 lets a message that spells

@@ -99,20 +99,6 @@ const std::map<std::string, const char*> kIgnored = {
     {"tokenizer.ggml.add_sep_token", "lilims' tokenizer never adds a separator (no key read)"},
 };
 
-// Known differences, each with its reason: a key whose value lilims writes
-// otherwise, checked to be exactly these two values so that a change shows.
-struct KnownDiff {
-  const char* family;
-  const char* key;
-  const char* lilims;
-  const char* llamacpp;
-  const char* why;
-};
-const KnownDiff kKnownDiffs[] = {
-    {"phi3", "tokenizer.ggml.pre", "llama-bpe", "gpt-4o",
-     "lilims has no split for Phi-4-mini's o200k pattern; add_hf_tokenizer (models/"
-     "hf_tokenizer.cpp) recognises it as Llama 3's, and \"gpt-4o\" is not a name lilims reads"},
-};
 
 // tokenizer.ggml.pre: llama.cpp names a real model's tokenizer by hashing its
 // output on a fixed text (the goldens' wrapper passed the real family's name,
@@ -173,15 +159,6 @@ void expect_same_metadata(const std::string& family, const gguf::File& got, cons
     const gguf::Value* w = want.find(k);
     if (!g || !w) {
       ADD_FAILURE() << family << ": " << k << " only in " << (g ? "lilims'" : "llama.cpp's") << " file";
-      continue;
-    }
-    const KnownDiff* known = nullptr;
-    for (const KnownDiff& d : kKnownDiffs) {
-      if (family == d.family && k == d.key) known = &d;
-    }
-    if (known) {
-      EXPECT_EQ(g->s, known->lilims) << family << ": " << k;
-      EXPECT_EQ(w->s, known->llamacpp) << family << ": " << k;
       continue;
     }
     if (k == "tokenizer.ggml.pre") {

@@ -249,7 +249,8 @@ public final class Model: @unchecked Sendable {
   }
 
   /// The conversation formatted by the model's chat template (or the named
-  /// one: "chatml", "llama2", "zephyr", "phi3", "llama3"), with the opening
+  /// one: "chatml", "chatml-plain", "qwen1.5", "qwen2", "qwen3", "llama2",
+  /// "zephyr", "phi3", "llama3", "gemma"), with the opening
   /// of the assistant's turn when `addGenerationPrompt`.
   public func applyChatTemplate(_ messages: [ChatMessage], templateName: String? = nil,
                                 addGenerationPrompt: Bool = true) throws -> String {
