@@ -28,7 +28,7 @@ uint32_t ascii_lower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + 32 : 
 
 // 's|'t|'re|'ve|'m|'ll|'d, optionally case-insensitive (llama3's (?i:...)).
 size_t match_contraction(const uint32_t* c, size_t p, size_t e, bool icase) {
-  if (c[p] != '\'' || p + 1 >= e) return 0;
+  if (p + 1 >= e || c[p] != '\'') return 0;
   auto lc = [&](size_t i) { return icase ? ascii_lower(c[i]) : c[i]; };
   const uint32_t a = lc(p + 1);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;

@@ -43,9 +43,10 @@ class Gemma3 : public ::testing::Test {
 };
 Tokenizer* Gemma3::tok_ = nullptr;
 
-nlohmann::json golden() {
-  return nlohmann::json::parse(
+const nlohmann::json& golden() {
+  static const nlohmann::json g = nlohmann::json::parse(
       lilims::test::read_file(lilims::test::source_path("tests/data/gemma3_tokens.json")));
+  return g;
 }
 
 std::string ids_str(const std::vector<int32_t>& ids) {
@@ -55,7 +56,7 @@ std::string ids_str(const std::vector<int32_t>& ids) {
 }
 
 TEST_F(Gemma3, MatchesLlamaCpp) {
-  const nlohmann::json g = golden();
+  const nlohmann::json& g = golden();
   ASSERT_GE(g["cases"].size(), 40u);
   int failures = 0, n = 0;
   for (const auto& c : g["cases"]) {
