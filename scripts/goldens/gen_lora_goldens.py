@@ -84,7 +84,7 @@ ADAPTERS = [
                   "The cat sat on the mat and",
                   "Tom and his dog went to the park. They"]),
     dict(name="smollm2", base="scripts/fetch_model.sh",
-         layers=None, proj=LLAMA_PROJ, rank=4, alpha=4.0, dtype=np.float16, rel=0.07,
+         layers=list(range(0, 30, 2)), proj=LLAMA_PROJ, rank=4, alpha=4.0, dtype=np.float16, rel=0.07,
          seed=135, ppl_args=["-c", "512", "-b", "512", "--chunks", "4"], numpy_check=False,
          prompts=["The capital of France is",
                   "Here is a short poem about the sea:\n",
