@@ -12,7 +12,6 @@
 
 namespace lilims::graph {
 
-
 Executor::Executor(Graph g, const PlanOptions& opt, ThreadPool& pool, const ModelMemory& model,
                    CommitHook hook)
     : graph_(std::move(g)), pool_(pool) {
