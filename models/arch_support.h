@@ -126,7 +126,7 @@ class Reader {
     }
     w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w),
                                     threads_, &arena_);
-    if (!w.packed.storage.empty()) w.copy_reason = repack_reason(w);
+    if (!w.packed.storage.empty()) w.copy_reason = repack_reason(w, w.packed.layout);
     if (w.requantized && !w.packed.storage.empty()) {
       w.requantized.reset();  // the kernels read the repacked copy
       w.data = nullptr;
@@ -164,7 +164,7 @@ class Reader {
     s.file_type = parts[0]->file_type;
     for (const Weight* w : parts) s.rows += w->rows;
     s.packed = kernels::pack_stacked(s.type, wp, s.cols, threads_, &arena_);
-    s.copy_reason = repack_reason(*parts[0]);
+    s.copy_reason = repack_reason(*parts[0], s.packed.layout);
     finish_stack(parts, s, into);
     return true;
   }
@@ -249,8 +249,8 @@ class Reader {
   }
 
   // Why a plain weight was repacked (Weight::copy_reason).
-  static std::string repack_reason(const Weight& w) {
-    const std::string into = std::to_string(w.packed.layout == kernels::kLayoutX16 ? 16 : 4) + "-row groups";
+  static std::string repack_reason(const Weight& w, int layout) {
+    const std::string into = std::to_string(quant::layout_group_rows(layout)) + "-row groups";
     return w.requantized ? w.copy_reason + ", then repacked into " + into
                          : "repacked into " + into + " for this CPU's kernels (`lilims quantize --layout native` "
                            "lays the file out once)";
@@ -268,7 +268,10 @@ class Reader {
     const kernels::Isa isa = kernels::active_isa();
     if (isa == kernels::Isa::ref) return "";  // the reference kernels read every layout
     for (const kernels::MatmulKernel& k : kernels::matmul_kernels()) {
-      if (k.wtype == p.type && k.layout == p.layout && k.isa == isa && kernels::feature_available(k.needs)) {
+      // (LILIMS_ISA=avx2 keeps an AVX-512 VNNI CPU off its VNNI kernels)
+      const bool usable = kernels::feature_available(k.needs) &&
+                          (k.needs != kernels::Feature::avx512vnni || kernels::vnni_enabled());
+      if (k.wtype == p.type && k.layout == p.layout && k.isa == isa && usable) {
         return "";
       }
     }
