@@ -416,7 +416,7 @@ void File::parse() {
     if (ti.type >= kGgmlTypeCount && !prelaid) {
       bad("tensor " + ti.name + " has type id " + std::to_string(ti.type) +
           (ti.type >= quant::kPrelaidTypeBase && ti.type < quant::kPrelaidTypeBase + 256
-               ? ", a lilims layout this version does not read"
+               ? ", which is not a GGML type nor a lilims layout this version reads"
                : ", which is not a GGML type"));
     }
     ti.offset = c.read<uint64_t>("tensor offset");
