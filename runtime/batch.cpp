@@ -44,7 +44,7 @@ Batch::Batch(const Model& model, const BatchOptions& opt) : model_(model), opt_(
   so.mode = opt.mode;
   so.kv_commit = graph::KvCommit::sync;
   so.allow_ctx_beyond_train = opt.allow_ctx_beyond_train;
-  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads));
+  pool_ = std::make_unique<graph::ThreadPool>(threads_or_cores(opt.n_threads), opt.pool_hook);
   so.n_threads = pool_->size();
   so.n_ctx = resolve_n_ctx(model, so);
   PlannedSession planned = plan_session(model, so);

@@ -39,6 +39,7 @@ struct BatchOptions {
   int chunk_layers = 3;
   graph::ExecMode mode = graph::ExecMode::fast;
   bool allow_ctx_beyond_train = false;
+  graph::PoolHook pool_hook;  // called at the thread pool's race points (tests inject delays)
 };
 
 class Batch {

@@ -17,6 +17,7 @@
 #include "runtime/batch.h"
 #include "runtime/batch_engine.h"
 #include "runtime/engine.h"
+#include "pool_delays.h"
 #include "test_util.h"
 
 namespace lilims {
@@ -288,10 +289,10 @@ TEST(Batch, RefusesWhatItCannotRun) {
   EXPECT_EQ(r.tokens.size(), 5u);
 }
 
-// More client threads than cores, delays in the pool and between steps,
-// random cancels: every request's done runs once, a finished request's
-// tokens equal its sequence alone, the queue refuses when full, and the
-// engine shuts down with requests still queued.
+// More client threads than cores, delays in the thread pool (pool_delays.h)
+// and between steps, random cancels: every request's done runs once, a
+// finished request's tokens equal its sequence alone, the queue refuses
+// when full, and the engine shuts down with requests still queued.
 TEST(BatchEngine, StressManyClientsCancelsAndAFullQueue) {
   LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see SOURCES.md");
   auto model = runtime::Model::open(stories_path());
@@ -303,6 +304,7 @@ TEST(BatchEngine, StressManyClientsCancelsAndAFullQueue) {
   bo.n_seq = 3;
   bo.n_threads = 3;
   bo.n_batch = 16;
+  bo.pool_hook = graph::PoolHook{test::pool_delays, nullptr};
   std::atomic<int> refused{0}, finished{0}, cancelled{0}, mismatched{0};
   {
     auto owned = std::make_unique<runtime::BatchEngine>(*model, bo, 4);
