@@ -160,6 +160,8 @@ struct HttpServer::Impl {
       engine.check(p->prompt, p->opt);
     } catch (const Error& e) {
       return send_error(res, engine_error(e.status(), e.what()));
+    } catch (const std::exception& e) {
+      return send_error(res, engine_error(LILIMS_ERR_INTERNAL, e.what()));
     }
     auto ch = std::make_shared<Channel>();
     runtime::BatchRequest br;
