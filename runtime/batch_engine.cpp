@@ -65,6 +65,15 @@ void BatchEngine::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty() || batch_->n_active() > 0; });
       stopping = stop_;
+      // Cancelled requests leave the queue at once, freeing their places.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (it->cancel->load(std::memory_order_acquire)) {
+          starting.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
       int free = batch_->n_free();
       while (!queue_.empty() && (free > 0 || stopping)) {
         starting.push_back(std::move(queue_.front()));

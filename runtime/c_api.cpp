@@ -1,5 +1,6 @@
 // The C API: wraps runtime::Model / runtime::Session, turns every exception
 // into a status plus a message (lilims_last_error), never lets one cross.
+// Engines are in c_api_engine.cpp.
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "kernels/cpu.h"
 #include "lilims/lilims.h"
 #include "models/arch.h"
+#include "runtime/c_api_internal.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
 #include "runtime/tool_format.h"
@@ -22,13 +24,10 @@
 using lilims::Error;
 using lilims::runtime::Model;
 using lilims::runtime::Session;
-
-// The app's reference to a model; each session holds another, so the
-// weights live until lilims_model_free and the last lilims_session_free.
-struct lilims_model {
-  std::shared_ptr<const Model> impl;
-  uint64_t file_bytes = 0;
-};
+using lilims::capi::generate_options;
+using lilims::capi::guarded;
+using lilims::capi::null_arg;
+using lilims::capi::set_error;
 
 struct lilims_adapter {
   std::shared_ptr<const Model> model;  // declared first: outlives impl
@@ -49,34 +48,6 @@ std::string template_names() {
   std::string s;
   for (const std::string& n : lilims::tok::chat_template_names()) s += (s.empty() ? "" : ", ") + n;
   return s;
-}
-
-thread_local std::string g_last_error;
-
-lilims_status set_error(lilims_status st, const std::string& msg) {
-  g_last_error = msg;
-  return st;
-}
-
-// Runs fn, mapping exceptions to statuses.
-template <typename Fn>
-lilims_status guarded(Fn&& fn) {
-  g_last_error.clear();
-  try {
-    return fn();
-  } catch (const Error& e) {
-    return set_error(e.status(), e.what());
-  } catch (const std::bad_alloc&) {
-    return set_error(LILIMS_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return set_error(LILIMS_ERR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return set_error(LILIMS_ERR_INTERNAL, "internal error");
-  }
-}
-
-lilims_status null_arg(const char* fn, const char* what) {
-  return set_error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[") + fn + "] " + what + " is NULL");
 }
 
 // Copies bytes into a caller buffer under the capacity rule of lilims.h.
@@ -119,10 +90,6 @@ std::vector<lilims::runtime::Tool> to_tools(const lilims_tool* tools, size_t n) 
   }
   return out;
 }
-
-// True when a caller's struct (struct_size bytes) reaches past `field`.
-#define LILIMS_HAS_FIELD(p, type, field) \
-  ((p)->struct_size >= offsetof(type, field) + sizeof(((type*)nullptr)->field))
 
 // The options lilims_model_params asks for.
 lilims_status model_options(const lilims_model_params* params,
@@ -224,9 +191,112 @@ void copy_str(char* dst, size_t cap, const std::string& s) {
 
 }  // namespace
 
+namespace lilims::capi {
+
+lilims_status generate_options(const char* fn, const lilims_generate_params* params,
+                               lilims::runtime::GenerateOptions& opt, std::string& prompt_tail,
+                               bool& reuse_prefix) {
+  const std::string area = std::string("[") + fn + "] ";
+  // Callers built against 0.1.0's header pass the structs without the
+  // fields appended since: those take their defaults.
+  constexpr size_t kParams010 = offsetof(lilims_generate_params, json_schema);
+  if (params->struct_size < kParams010) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT, area + "params.struct_size is not set");
+  }
+  const bool v020 = LILIMS_HAS_FIELD(params, lilims_generate_params, n_tools);
+  const bool loop_fields = LILIMS_HAS_FIELD(params, lilims_generate_params, reuse_prefix);
+  const char* schema = v020 ? params->json_schema : nullptr;
+  const size_t n_tools = v020 ? params->n_tools : 0;
+  if (n_tools > 0 && !params->tools) return null_arg(fn, "tools");
+  if ((schema != nullptr) + (n_tools > 0) + (params->json_object != 0) > 1) {
+    return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                     area + "json_object, json_schema and tools exclude each other");
+  }
+  opt.max_tokens = params->max_tokens;
+  const lilims_sampling_params& sp = params->sampling;
+  opt.sampling.temperature = sp.temperature;
+  opt.sampling.top_k = sp.top_k;
+  opt.sampling.top_p = sp.top_p;
+  opt.sampling.min_p = sp.min_p;
+  opt.sampling.repeat_penalty = sp.repeat_penalty;
+  opt.sampling.repeat_last_n = sp.repeat_last_n;
+  opt.sampling.seed = sp.seed;
+  opt.add_bos = params->add_bos != 0;
+  opt.parse_special = params->parse_special != 0;
+  opt.json = params->json_object != 0;
+  if (schema) {
+    if (!*schema) return set_error(LILIMS_ERR_INVALID_ARGUMENT, area + "json_schema is empty");
+    opt.json_schema = schema;
+  }
+  if (n_tools > 0) {
+    int32_t format = LILIMS_TOOL_FORMAT_GENERIC, choice = 0;
+    if (LILIMS_HAS_FIELD(params, lilims_generate_params, tool_choice)) {
+      format = params->tool_format;
+      choice = params->tool_choice;
+    }
+    if (choice != 0 && choice != 1) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, area + "tool_choice " + std::to_string(choice) +
+                                                        " is neither 0 (required) nor 1 (auto)");
+    }
+    const lilims::runtime::ToolPrompt tp =
+        lilims::runtime::tool_prompt(tool_format_of(fn, format), to_tools(params->tools, n_tools), choice == 1);
+    opt.json_schema = tp.schema;
+    opt.constraint_close = tp.close;
+    if (choice == 1) {
+      opt.constraint_trigger = tp.trigger;
+    } else {
+      prompt_tail = tp.trigger;  // the answer opens with the mark: the prompt ends with it
+    }
+  }
+  if (loop_fields) {
+    if (params->n_stop > 0 && !params->stop) return null_arg(fn, "stop");
+    for (size_t i = 0; i < params->n_stop; ++i) {
+      if (!params->stop[i]) {
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         area + "stop string " + std::to_string(i) + " is NULL");
+      }
+      opt.stop.emplace_back(params->stop[i]);
+    }
+    opt.sampling.frequency_penalty = params->frequency_penalty;
+    opt.sampling.presence_penalty = params->presence_penalty;
+    if (params->n_logit_bias > 0 && !params->logit_bias) return null_arg(fn, "logit_bias");
+    for (size_t i = 0; i < params->n_logit_bias; ++i) {
+      opt.sampling.logit_bias.emplace_back(params->logit_bias[i].token, params->logit_bias[i].bias);
+    }
+    if (params->context_policy != LILIMS_CONTEXT_STOP &&
+        params->context_policy != LILIMS_CONTEXT_SHIFT) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       area + "context_policy " + std::to_string(params->context_policy) +
+                           " is neither LILIMS_CONTEXT_STOP (0) nor LILIMS_CONTEXT_SHIFT (1)");
+    }
+    opt.context_policy = params->context_policy == LILIMS_CONTEXT_SHIFT
+                             ? lilims::runtime::ContextPolicy::shift
+                             : lilims::runtime::ContextPolicy::stop;
+    opt.n_keep = params->n_keep < 0 ? -1 : params->n_keep;
+    reuse_prefix = params->reuse_prefix != 0;
+  }
+  if (LILIMS_HAS_FIELD(params, lilims_generate_params, jump_forward)) {
+    opt.jump_forward = params->jump_forward != 0;
+  }
+  if (LILIMS_HAS_FIELD(params, lilims_generate_params, n_draft)) opt.n_draft = params->n_draft;
+  if (LILIMS_HAS_FIELD(params, lilims_generate_params, constraint_close)) {
+    if (params->constraint_trigger && n_tools > 0 && !opt.constraint_trigger.empty() &&
+        opt.constraint_trigger != params->constraint_trigger) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                       area + "constraint_trigger with tools and tool_choice auto: the format's "
+                       "opening mark is the trigger");
+    }
+    if (params->constraint_trigger) opt.constraint_trigger = params->constraint_trigger;
+    if (params->constraint_close) opt.constraint_close = params->constraint_close;
+  }
+  return LILIMS_OK;
+}
+
+}  // namespace lilims::capi
+
 extern "C" {
 
-const char* lilims_last_error(void) { return g_last_error.c_str(); }
+const char* lilims_last_error(void) { return lilims::capi::last_error().c_str(); }
 
 const char* lilims_status_name(lilims_status status) {
   switch (status) {
@@ -783,105 +853,18 @@ lilims_status lilims_generate(lilims_session* session, const char* prompt,
   if (!session) return null_arg("generate", "session");
   if (!params) return null_arg("generate", "params");
   return guarded([&] {
-    // Callers built against 0.1.0's header pass the structs without the
-    // fields appended since: those take their defaults.
-    constexpr size_t kParams010 = offsetof(lilims_generate_params, json_schema);
     constexpr size_t kStats010 = offsetof(lilims_generate_stats, mask_seconds);
-    if (params->struct_size < kParams010) {
-      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] params.struct_size is not set");
-    }
     if (out_stats && out_stats->struct_size < kStats010) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] stats.struct_size is not set");
     }
-    const bool v020 = LILIMS_HAS_FIELD(params, lilims_generate_params, n_tools);
-    const bool loop_fields = LILIMS_HAS_FIELD(params, lilims_generate_params, reuse_prefix);
-    const char* schema = v020 ? params->json_schema : nullptr;
-    const size_t n_tools = v020 ? params->n_tools : 0;
-    if (n_tools > 0 && !params->tools) return null_arg("generate", "tools");
-    if ((schema != nullptr) + (n_tools > 0) + (params->json_object != 0) > 1) {
-      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                       "[generate] json_object, json_schema and tools exclude each other");
-    }
     lilims::runtime::GenerateOptions opt;
-    opt.max_tokens = params->max_tokens;
-    const lilims_sampling_params& sp = params->sampling;
-    opt.sampling.temperature = sp.temperature;
-    opt.sampling.top_k = sp.top_k;
-    opt.sampling.top_p = sp.top_p;
-    opt.sampling.min_p = sp.min_p;
-    opt.sampling.repeat_penalty = sp.repeat_penalty;
-    opt.sampling.repeat_last_n = sp.repeat_last_n;
-    opt.sampling.seed = sp.seed;
-    opt.add_bos = params->add_bos != 0;
-    opt.parse_special = params->parse_special != 0;
-    opt.json = params->json_object != 0;
-    if (schema) {
-      if (!*schema) return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] json_schema is empty");
-      opt.json_schema = schema;
-    }
-    std::string prompt_text = prompt ? prompt : "";
-    if (n_tools > 0) {
-      int32_t format = LILIMS_TOOL_FORMAT_GENERIC, choice = 0;
-      if (LILIMS_HAS_FIELD(params, lilims_generate_params, tool_choice)) {
-        format = params->tool_format;
-        choice = params->tool_choice;
-      }
-      if (choice != 0 && choice != 1) {
-        return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] tool_choice " + std::to_string(choice) +
-                                                          " is neither 0 (required) nor 1 (auto)");
-      }
-      const lilims::runtime::ToolPrompt tp =
-          lilims::runtime::tool_prompt(tool_format_of("generate", format), to_tools(params->tools, n_tools), choice == 1);
-      opt.json_schema = tp.schema;
-      opt.constraint_close = tp.close;
-      if (choice == 1) {
-        opt.constraint_trigger = tp.trigger;
-      } else {
-        prompt_text += tp.trigger;  // the answer opens with the mark: the prompt ends with it
-      }
-    }
+    std::string prompt_tail;
     bool reuse_prefix = false;
-    if (loop_fields) {
-      if (params->n_stop > 0 && !params->stop) return null_arg("generate", "stop");
-      for (size_t i = 0; i < params->n_stop; ++i) {
-        if (!params->stop[i]) {
-          return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                           "[generate] stop string " + std::to_string(i) + " is NULL");
-        }
-        opt.stop.emplace_back(params->stop[i]);
-      }
-      opt.sampling.frequency_penalty = params->frequency_penalty;
-      opt.sampling.presence_penalty = params->presence_penalty;
-      if (params->n_logit_bias > 0 && !params->logit_bias) return null_arg("generate", "logit_bias");
-      for (size_t i = 0; i < params->n_logit_bias; ++i) {
-        opt.sampling.logit_bias.emplace_back(params->logit_bias[i].token, params->logit_bias[i].bias);
-      }
-      if (params->context_policy != LILIMS_CONTEXT_STOP &&
-          params->context_policy != LILIMS_CONTEXT_SHIFT) {
-        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                         "[generate] context_policy " + std::to_string(params->context_policy) +
-                             " is neither LILIMS_CONTEXT_STOP (0) nor LILIMS_CONTEXT_SHIFT (1)");
-      }
-      opt.context_policy = params->context_policy == LILIMS_CONTEXT_SHIFT
-                               ? lilims::runtime::ContextPolicy::shift
-                               : lilims::runtime::ContextPolicy::stop;
-      opt.n_keep = params->n_keep < 0 ? -1 : params->n_keep;
-      reuse_prefix = params->reuse_prefix != 0;
+    if (const lilims_status st = generate_options("generate", params, opt, prompt_tail, reuse_prefix);
+        st != LILIMS_OK) {
+      return st;
     }
-    if (LILIMS_HAS_FIELD(params, lilims_generate_params, jump_forward)) {
-      opt.jump_forward = params->jump_forward != 0;
-    }
-    if (LILIMS_HAS_FIELD(params, lilims_generate_params, n_draft)) opt.n_draft = params->n_draft;
-    if (LILIMS_HAS_FIELD(params, lilims_generate_params, constraint_close)) {
-      if (params->constraint_trigger && n_tools > 0 && !opt.constraint_trigger.empty() &&
-          opt.constraint_trigger != params->constraint_trigger) {
-        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                         "[generate] constraint_trigger with tools and tool_choice auto: the format's "
-                         "opening mark is the trigger");
-      }
-      if (params->constraint_trigger) opt.constraint_trigger = params->constraint_trigger;
-      if (params->constraint_close) opt.constraint_close = params->constraint_close;
-    }
+    const std::string prompt_text = (prompt ? prompt : "") + prompt_tail;
     if (params->on_token) {
       const lilims_token_callback cb = params->on_token;
       void* ud = params->user_data;

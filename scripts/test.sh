@@ -63,7 +63,7 @@ fi
 
 if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   stage "ThreadSanitizer: thread pool, KV commits, runtime, batch engine, vision encoder, C API"
-  LILIMS_TARGETS="test_graph test_runtime test_models test_c_api test_c_api_contracts" \
+  LILIMS_TARGETS="test_graph test_runtime test_models test_c_api test_c_api_contracts test_c_api_engine" \
     scripts/build.sh build-tsan "${sanitizer_flags[@]}" -DLILIMS_SANITIZE=thread \
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_WERROR=ON
   # Every test of the pool, of the KV cache's sync/async commits and of the C
@@ -85,6 +85,9 @@ if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   build-tsan/tests/models/test_models --gtest_filter="Clip.*:RequantizeThreads.*"
   build-tsan/tests/c_api/test_c_api "$PWD/../shared/data/stories260K/stories260K.gguf"
   build-tsan/tests/c_api/test_c_api_contracts
+  # The C API's engines: clients on many threads, cancels, a full queue,
+  # freeing with requests in flight and the stress run with delays.
+  build-tsan/tests/c_api/test_c_api_engine --gtest_filter="-*SmolLM2*"
   unset TSAN_OPTIONS
 fi
 

@@ -47,7 +47,8 @@ typedef enum lilims_status {
   LILIMS_ERR_CONTEXT_FULL = 7,     /* the tokens do not fit the session's context */
   LILIMS_ERR_CANCELLED = 8,        /* lilims_session_cancel was called */
   LILIMS_ERR_INTERNAL = 9,
-  LILIMS_ERR_BUSY = 10             /* another call is running on the same session */
+  LILIMS_ERR_BUSY = 10             /* another call is running on the same session;
+                                      an engine's queue is full */
 } lilims_status;
 
 typedef struct lilims_model lilims_model;
@@ -600,6 +601,114 @@ typedef struct lilims_generate_stats {
 lilims_status lilims_generate(lilims_session *session, const char *prompt,
                               const lilims_generate_params *params,
                               lilims_generate_stats *out_stats);
+
+/* ---- engines: many requests, one model, one forward pass per step ----- */
+
+/* An engine runs up to n_seq requests at once on one model: each step
+ * samples the next token of every running request and evaluates them all in
+ * one forward pass (every weight is read once for all of them), so several
+ * clients share a model's throughput.  Each request has its own KV cache
+ * slot; a request starts in the free slot whose cache shares the longest
+ * prefix with its prompt, and reuses it.  Requests that find no free slot
+ * wait in a queue of max_queued.  The engine steps on a thread of its own;
+ * every callback of its requests runs on that thread, one at a time.
+ *
+ * Threads: lilims_engine_submit, lilims_engine_cancel, lilims_engine_n_queued
+ * and lilims_engine_n_running may be called from any thread at once, the
+ * engine's callbacks included.  lilims_engine_free is called once, from a
+ * thread that is not running one of the engine's callbacks, after the app's
+ * other calls on the engine have returned (a callback that submits while it
+ * runs gets LILIMS_ERR_CANCELLED).
+ *
+ * Greedy text equals lilims_generate's on a session for the same prompt
+ * tokens unless two tokens tie within float rounding (a session evaluates a
+ * prompt as one block, the engine in steps). */
+typedef struct lilims_engine lilims_engine;
+
+typedef struct lilims_engine_params {
+  size_t struct_size; /* sizeof(lilims_engine_params) */
+  int32_t n_seq;      /* requests running at once, each with its own KV cache (default 4) */
+  int32_t n_ctx;      /* context per request; 0 as lilims_session_params.n_ctx */
+  int32_t n_threads;  /* 0 = all cores */
+  int32_t n_batch;    /* rows a step evaluates at most (next tokens, then prompt blocks); 0 = 128 */
+  int32_t max_queued; /* requests that may wait for a free slot (default 64; 0: none wait) */
+  int32_t kv_type;    /* a lilims_kv_type; 0 = LILIMS_KV_F16 */
+  int32_t chunk_layers; /* transformer blocks per execution chunk; 0 = 3 */
+  int32_t allow_ctx_beyond_train; /* as lilims_session_params */
+} lilims_engine_params;
+
+lilims_engine_params lilims_engine_default_params(void);
+
+/* The engine keeps its own reference to the model: lilims_model_free may
+ * come first.  LILIMS_ERR_OUT_OF_MEMORY when the n_seq KV caches do not
+ * fit; LILIMS_ERR_INVALID_ARGUMENT for negative fields or n_seq < 1. */
+lilims_status lilims_engine_create(lilims_model *model, const lilims_engine_params *params,
+                                   lilims_engine **out_engine);
+
+/* Cancels every request, queued or running, waits for their on_done
+ * callbacks (status LILIMS_ERR_CANCELLED) and stops the engine's thread.
+ * NULL does nothing. */
+void lilims_engine_free(lilims_engine *engine);
+
+/* How a request ended, passed to its on_done callback.  Pointers are valid
+ * during the callback only. */
+typedef struct lilims_engine_result {
+  size_t struct_size;   /* sizeof(lilims_engine_result) as the library has it */
+  uint64_t request_id;
+  /* LILIMS_OK; LILIMS_ERR_CANCELLED after lilims_engine_cancel or
+   * lilims_engine_free (text and tokens hold what was generated before);
+   * another status when the request failed (error says why). */
+  lilims_status status;
+  const char *error;    /* "" with LILIMS_OK; NUL-terminated */
+  const char *text;     /* the generated text, UTF-8, not NUL-terminated */
+  size_t text_len;
+  const lilims_token *tokens; /* the generated ids (end of generation excluded) */
+  size_t n_tokens;
+  int32_t n_prompt_tokens;
+  int32_t n_reused_tokens; /* prompt tokens found in the slot's cache, not evaluated again */
+  int32_t stop_reason;     /* as lilims_generate_stats.stop_reason */
+  double first_token_seconds; /* from the request's start (leaving the queue) to its first token */
+  double generate_seconds;    /* from the first token to the end */
+} lilims_engine_result;
+
+typedef void (*lilims_engine_done_callback)(void *user_data, const lilims_engine_result *result);
+
+/* Queues a request: prompt (n > 0 token ids, BOS included when wanted; the
+ * ids are copied) and gen (NULL: lilims_generate_default_params()).  gen's
+ * sampling, max_tokens, stop strings, penalties, logit bias, json_object,
+ * json_schema, tools (tool_format, tool_choice; with a required call the
+ * format's opening mark, tokenized alone, is appended to the prompt),
+ * constraint_trigger / constraint_close and jump_forward apply as in
+ * lilims_generate; add_bos, parse_special and reuse_prefix do not (the
+ * prompt is ids, and a slot's cached prefix is always reused).  Refused
+ * with LILIMS_ERR_INVALID_ARGUMENT: context_policy LILIMS_CONTEXT_SHIFT (a
+ * request stops at a full context), n_draft > 0, and gen->on_token (pass
+ * on_token here); a prompt that leaves no room in n_ctx is
+ * LILIMS_ERR_CONTEXT_FULL.  on_token (may be NULL) receives each token and
+ * its text as in lilims_generate (nonzero stops the request, stop_reason
+ * 2); on_done (may be NULL) runs exactly once when the request ends; both
+ * on the engine's thread, with user_data.  *out_request_id (may be NULL)
+ * gets the request's id (never 0), set before any callback runs.
+ * LILIMS_ERR_BUSY when max_queued requests wait already;
+ * LILIMS_ERR_CANCELLED from a callback while lilims_engine_free runs.  A
+ * call that does not return LILIMS_OK queued nothing and runs no callback. */
+lilims_status lilims_engine_submit(lilims_engine *engine, const lilims_token *prompt, size_t n,
+                                   const lilims_generate_params *gen,
+                                   lilims_token_callback on_token,
+                                   lilims_engine_done_callback on_done, void *user_data,
+                                   uint64_t *out_request_id);
+
+/* Asks a request to end (any thread): a queued one ends without running,
+ * a running one at its next step; its on_done gets LILIMS_ERR_CANCELLED
+ * (a request already ending may still report LILIMS_OK).  An id of a
+ * request that has ended is accepted and does nothing; an id the engine
+ * never gave is LILIMS_ERR_INVALID_ARGUMENT. */
+lilims_status lilims_engine_cancel(lilims_engine *engine, uint64_t request_id);
+
+/* Requests waiting for a slot and requests running (-1 for NULL); a
+ * snapshot that may change at once. */
+int32_t lilims_engine_n_queued(const lilims_engine *engine);
+int32_t lilims_engine_n_running(const lilims_engine *engine);
 
 /* The system prompt lilims uses to describe tools to a model whose chat
  * template has no tool syntax of its own: one line of JSON per tool
