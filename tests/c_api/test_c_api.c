@@ -36,6 +36,20 @@ static int on_token(void *user_data, lilims_token token, const char *text, size_
   return ++c->calls >= c->stop_after;
 }
 
+struct engine_done {
+  int calls;
+  lilims_status status;
+  size_t n_tokens;
+};
+
+/* On the engine's thread; read after lilims_engine_free, which joins it. */
+static void on_engine_done(void *user_data, const lilims_engine_result *result) {
+  struct engine_done *d = (struct engine_done *)user_data;
+  ++d->calls;
+  d->status = result->status;
+  d->n_tokens = result->n_tokens;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_c_api stories260K.gguf\n");
@@ -140,6 +154,30 @@ int main(int argc, char **argv) {
   CHECK(stats.stop_reason == 5);
   CHECK(strcmp(col.text, "Once upon") == 0);
   CHECK(stats.decode_tokens_per_second > 0.0);
+
+  /* an engine: a request submitted and the engine freed at once; its done
+   * callback runs exactly once, finished or cancelled */
+  lilims_engine_params ep = lilims_engine_default_params();
+  ep.n_seq = 2;
+  ep.n_ctx = 64;
+  ep.n_threads = 1;
+  lilims_engine *engine = NULL;
+  CHECK(lilims_engine_create(NULL, &ep, &engine) == LILIMS_ERR_INVALID_ARGUMENT);
+  CHECK(lilims_engine_create(model, &ep, &engine) == LILIMS_OK);
+  struct engine_done done;
+  memset(&done, 0, sizeof done);
+  uint64_t request_id = 0;
+  gp.n_stop = 0;
+  gp.on_token = NULL;
+  gp.user_data = NULL;
+  CHECK(lilims_engine_submit(engine, NULL, 1, &gp, NULL, on_engine_done, &done, &request_id) ==
+        LILIMS_ERR_INVALID_ARGUMENT);
+  CHECK(lilims_engine_submit(engine, toks, n, &gp, NULL, on_engine_done, &done, &request_id) ==
+        LILIMS_OK);
+  CHECK(request_id != 0);
+  lilims_engine_free(engine);
+  CHECK(done.calls == 1);
+  CHECK(done.status == LILIMS_OK || done.status == LILIMS_ERR_CANCELLED);
 
   lilims_session_free(session);
   lilims_model_free(model);

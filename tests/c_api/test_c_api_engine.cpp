@@ -295,6 +295,37 @@ TEST(CApiEngine, StopStringsAndSchemaAsGenerate) {
   }
 }
 
+// A required tool call: the answer is a call of one of the tools.
+TEST(CApiEngine, ToolCall) {
+  REQUIRE_STORIES();
+  ModelPtr model = open_model(stories_path());
+  const lilims_tool tools[] = {
+      {"open_app", "Open an app.",
+       R"({"type":"object","properties":{"app":{"enum":["camera","maps"]}},"required":["app"]})"},
+      {"take_photo", nullptr, nullptr},
+  };
+  EnginePtr engine = make_engine(model.get(), 2, 4);
+  lilims_generate_params gp = greedy(64);
+  gp.tools = tools;
+  gp.n_tools = 2;
+  Request r;
+  submit(engine.get(), tokenize(model.get(), "Once upon a time"), gp, r);
+  r.wait();
+  ASSERT_EQ(r.status, LILIMS_OK) << r.error;
+  EXPECT_EQ(r.stop_reason, 1) << r.text;
+  size_t need = 0;
+  lilims_parse_tool_calls(LILIMS_TOOL_FORMAT_GENERIC, r.text.data(), r.text.size(), nullptr, 0, &need);
+  std::string calls(need + 1, '\0');
+  ASSERT_EQ(lilims_parse_tool_calls(LILIMS_TOOL_FORMAT_GENERIC, r.text.data(), r.text.size(), &calls[0],
+                                    calls.size(), &need),
+            LILIMS_OK)
+      << lilims_last_error() << ": " << r.text;
+  calls.resize(need);
+  EXPECT_TRUE(calls.find("\"name\":\"open_app\"") != std::string::npos ||
+              calls.find("\"name\":\"take_photo\"") != std::string::npos)
+      << calls;
+}
+
 // A gate on_token waits at, holding the engine's only slot.
 struct Gate {
   std::mutex mu;
