@@ -57,14 +57,14 @@ lilims_status lilims_engine_create(lilims_model* model, const lilims_engine_para
       }
       p = *params;
     }
-    if (p.n_seq < 1) {
-      return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                       "[engine_create] n_seq is " + std::to_string(p.n_seq) + ": at least 1");
+    if (p.n_seq < 1 || p.max_queued < 1) {
+      return set_error(LILIMS_ERR_INVALID_ARGUMENT, "[engine_create] n_seq " + std::to_string(p.n_seq) +
+                                                        " and max_queued " + std::to_string(p.max_queued) +
+                                                        " must be at least 1");
     }
-    if (p.n_ctx < 0 || p.n_threads < 0 || p.n_batch < 0 || p.max_queued < 0 || p.chunk_layers < 0) {
+    if (p.n_ctx < 0 || p.n_threads < 0 || p.n_batch < 0 || p.chunk_layers < 0) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT,
-                       "[engine_create] n_ctx, n_threads, n_batch, max_queued and chunk_layers "
-                       "must not be negative");
+                       "[engine_create] n_ctx, n_threads, n_batch and chunk_layers must not be negative");
     }
     lilims::runtime::BatchOptions opt;
     opt.n_seq = p.n_seq;

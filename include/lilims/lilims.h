@@ -631,7 +631,7 @@ typedef struct lilims_engine_params {
   int32_t n_ctx;      /* context per request; 0 as lilims_session_params.n_ctx */
   int32_t n_threads;  /* 0 = all cores */
   int32_t n_batch;    /* rows a step evaluates at most (next tokens, then prompt blocks); 0 = 128 */
-  int32_t max_queued; /* requests that may wait for a free slot (default 64; 0: none wait) */
+  int32_t max_queued; /* requests that may wait for a free slot, at least 1 (default 64) */
   int32_t kv_type;    /* a lilims_kv_type; 0 = LILIMS_KV_F16 */
   int32_t chunk_layers; /* transformer blocks per execution chunk; 0 = 3 */
   int32_t allow_ctx_beyond_train; /* as lilims_session_params */
@@ -641,7 +641,8 @@ lilims_engine_params lilims_engine_default_params(void);
 
 /* The engine keeps its own reference to the model: lilims_model_free may
  * come first.  LILIMS_ERR_OUT_OF_MEMORY when the n_seq KV caches do not
- * fit; LILIMS_ERR_INVALID_ARGUMENT for negative fields or n_seq < 1. */
+ * fit; LILIMS_ERR_INVALID_ARGUMENT for negative fields, n_seq < 1 or
+ * max_queued < 1. */
 lilims_status lilims_engine_create(lilims_model *model, const lilims_engine_params *params,
                                    lilims_engine **out_engine);
 

@@ -408,7 +408,11 @@ TEST(CApiEngine, Misuse) {
   ep.kv_type = 7;
   EXPECT_EQ(lilims_engine_create(model.get(), &ep, &e), LILIMS_ERR_INVALID_ARGUMENT);
   ep = lilims_engine_default_params();
-  ep.max_queued = -1;
+  ep.max_queued = 0;
+  EXPECT_EQ(lilims_engine_create(model.get(), &ep, &e), LILIMS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(lilims_last_error()).find("max_queued 0"), std::string::npos) << lilims_last_error();
+  ep = lilims_engine_default_params();
+  ep.n_threads = -1;
   EXPECT_EQ(lilims_engine_create(model.get(), &ep, &e), LILIMS_ERR_INVALID_ARGUMENT);
   lilims_engine_free(nullptr);
   EXPECT_EQ(lilims_engine_cancel(nullptr, 1), LILIMS_ERR_INVALID_ARGUMENT);
