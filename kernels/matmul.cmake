@@ -5,6 +5,7 @@ list(APPEND LILIMS_KERNEL_SOURCES
   ref/quantize_q8_ref.cpp)
 list(APPEND LILIMS_AVX2_SOURCES
   x86/matmul_gemm_x4_avx2.cpp
+  x86/matmul_q5_0_gemm_avx2.cpp
   x86/matmul_f32_gemm_avx2.cpp
   x86/quantize_q8_avx2.cpp)
 list(APPEND LILIMS_AVX512VNNI_SOURCES

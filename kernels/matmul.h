@@ -7,7 +7,8 @@
 // chunk and needs no shuffle; or, where the AVX-512 VNNI kernels run, into
 // kLayoutX16: groups of 16 rows, quants interleaved 4 bytes per row, one
 // row per 32-bit lane of a 64-byte register.  Activations are quantized on the fly to Q8_0
-// (for Q8_0/Q4_0 weights) or Q8_1 (for Q4_1), once per matmul.
+// (for Q8_0/Q4_0/Q5_0 weights) or Q8_1 (for Q4_1), once per matmul.  Q5_0
+// is read in its GGUF layout.
 //
 // Every kernel is listed once in kernels/matmul_kernels.inc; that list feeds
 // the dispatch table (matmul_dispatch.cpp), tests/kernels and bench/kernels.
@@ -128,7 +129,7 @@ bool feature_available(Feature f);
 const char* feature_name(Feature f);  // "avx512vnni", ...
 
 // Activation format a weight type is multiplied with (quant::traits(weight
-// type).act_type): Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->
+// type).act_type): Q8_0/Q4_0/Q5_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->
 // F32 rows.
 quant::Type act_type(quant::Type weight_type);
 // Bytes of one activation row of k elements in that format.

@@ -95,7 +95,7 @@ TensorTypeRule parse_tensor_type_rule(const std::string& text) {
   const quant::TypeTraits* tt = quant::type_traits_by_name(type_name);
   if (!tt || file_type_of(tt->type) < 0) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type " + text + ": unknown type '" +
-                                                 type_name + "' (Q4_0, Q4_1, Q8_0, F16, F32)");
+                                                 type_name + "' (Q4_0, Q4_1, Q5_0, Q8_0, F16, F32)");
   }
   return {text.substr(0, eq), tt->type};
 }

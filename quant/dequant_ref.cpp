@@ -23,20 +23,6 @@ void bf16_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
-void q5_0_to_float(const void* src, float* dst, int64_t n) {
-  const BlockQ5_0* b = static_cast<const BlockQ5_0*>(src);
-  for (int64_t i = 0; i < n / kBlock; ++i, dst += kBlock) {
-    const float d = fp16_to_fp32(b[i].d);
-    const uint32_t qh = load_u32le(b[i].qh);
-    for (int j = 0; j < kBlock / 2; ++j) {
-      const int lo = (b[i].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
-      const int hi = (b[i].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-      dst[j] = d * (float)(lo - 16);
-      dst[j + kBlock / 2] = d * (float)(hi - 16);
-    }
-  }
-}
-
 void q5_1_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ5_1* b = static_cast<const BlockQ5_1*>(src);
   for (int64_t i = 0; i < n / kBlock; ++i, dst += kBlock) {
@@ -195,11 +181,11 @@ void q6_k_to_float(const void* src, float* dst, int64_t n) {
 // 1/254 of each 32-block's largest magnitude) is far below that of the
 // source formats (3 to 6 bits), so re-quantizing barely moves the weights,
 // where a 4-bit kernel type would add an error as large as the source's own
-// (Q2_K/Q3_K/Q6_K sub-blocks of 16 have two scales per Q4_1 block; Q5_x,
-// IQ4_NL and Q6_K have more than 16 levels per block).  BF16 has 8
+// (Q2_K/Q3_K/Q6_K sub-blocks of 16 have two scales per Q4_1 block; Q5_1,
+// IQ4_NL and Q6_K have more than 16 levels per block).  Q5_0 is a kernel
+// type (quant/quant.h) and is not listed.  BF16 has 8
 // significant bits; Q8_0 keeps 7-8 per element relative to the block max.
 const DequantTraits kDequant[] = {
-    {6, "Q5_0", kBlock, sizeof(BlockQ5_0), q5_0_to_float, Type::Q8_0, nullptr},
     {7, "Q5_1", kBlock, sizeof(BlockQ5_1), q5_1_to_float, Type::Q8_0, nullptr},
     {10, "Q2_K", kBlockK, sizeof(BlockQ2_K), q2_k_to_float, Type::Q8_0, nullptr},
     {11, "Q3_K", kBlockK, sizeof(BlockQ3_K), q3_k_to_float, Type::Q8_0, nullptr},

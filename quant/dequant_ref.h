@@ -1,5 +1,5 @@
 // Reference dequantizers for GGML types lilims has no kernels for: the
-// K-quants (Q2_K..Q6_K), Q5_0/Q5_1, IQ4_NL and BF16, as community GGUFs
+// K-quants (Q2_K..Q6_K), Q5_1, IQ4_NL and BF16, as community GGUFs
 // ship them.  A model in one of these is dequantized and re-quantized to a
 // kernel type when it loads (models/load.cpp) or once by `lilims quantize`.
 //
@@ -24,18 +24,8 @@ constexpr int kBlockK = 256;  // elements per K-quant super-block
 // Each block struct below says its element formula (x[e] for e in the block;
 // d, dmin and m are fp16) and where element e's bits are, and asserts its size.
 
-// Q5_0, 32 elements in 22 bytes (5.5 bits each): x[e] = d * (q - 16), q 0..31;
-// q's low 4 bits are the low nibble of qs[e] for e < 16, the high nibble of
-// qs[e - 16] after (Q4_0's order), and bit 4 is bit e of qh.
-struct BlockQ5_0 {
-  uint16_t d;
-  uint8_t qh[4];  // a little-endian 32-bit mask
-  uint8_t qs[kBlock / 2];
-};
-static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
-
 // Q5_1, 32 elements in 24 bytes (6 bits each): x[e] = d * q + m, q 0..31 in
-// the bits of Q5_0.
+// the bits of Q5_0 (quant/quant.h: BlockQ5_0, a kernel type).
 struct BlockQ5_1 {
   uint16_t d;
   uint16_t m;

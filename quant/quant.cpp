@@ -46,6 +46,21 @@ void q4_0_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+void q5_0_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ5_0* b = static_cast<const BlockQ5_0*>(src);
+  for (int64_t i = 0; i < n / kBlock; ++i, dst += kBlock) {
+    const float d = fp16_to_fp32(b[i].d);
+    const uint32_t qh = (uint32_t)b[i].qh[0] | (uint32_t)b[i].qh[1] << 8 |
+                        (uint32_t)b[i].qh[2] << 16 | (uint32_t)b[i].qh[3] << 24;
+    for (int j = 0; j < kBlock / 2; ++j) {
+      const int lo = (b[i].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+      const int hi = (b[i].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+      dst[j] = d * (float)(lo - 16);
+      dst[j + kBlock / 2] = d * (float)(hi - 16);
+    }
+  }
+}
+
 void q4_1_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ4_1* b = static_cast<const BlockQ4_1*>(src);
   for (int64_t i = 0; i < n / kBlock; ++i) {
@@ -73,12 +88,17 @@ void q8_1_from_float(const float* x, void* y, int64_t n, QuantMethod) {
 void q4_0_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
   quantize_row_q4_0(x, static_cast<BlockQ4_0*>(y), n, m);
 }
+void q5_0_from_float(const float* x, void* y, int64_t n, QuantMethod) {
+  quantize_row_q5_0(x, static_cast<BlockQ5_0*>(y), n);
+}
 void q4_1_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
   quantize_row_q4_1(x, static_cast<BlockQ4_1*>(y), n, m);
 }
 
 // file_type: llama.cpp's LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
-// MOSTLY_Q4_1 3, MOSTLY_Q8_0 7.
+// MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_Q5_0 8.
+// Q5_0 is read in its GGUF layout (kernels/x86/matmul_q5_0_gemm_avx2.cpp
+// says why), and only the plain rounding writes it.
 const TypeTraits kTraits[] = {
     // type, name, block_size, block_bytes, scale_bytes, to_float, from_float,
     //   act_type, repack, weight, file_type
@@ -88,6 +108,8 @@ const TypeTraits kTraits[] = {
      Repack::x4, true, 2},
     {Type::Q4_1, "Q4_1", kBlock, sizeof(BlockQ4_1), 4, q4_1_to_float, q4_1_from_float, Type::Q8_1,
      Repack::x4, true, 3},
+    {Type::Q5_0, "Q5_0", kBlock, sizeof(BlockQ5_0), 2, q5_0_to_float, q5_0_from_float, Type::Q8_0,
+     Repack::none, true, 8},
     {Type::Q8_0, "Q8_0", kBlock, sizeof(BlockQ8_0), 2, q8_0_to_float, q8_0_from_float, Type::Q8_0,
      Repack::x4, true, 7},
     {Type::Q8_1, "Q8_1", kBlock, sizeof(BlockQ8_1), 4, q8_1_to_float, q8_1_from_float, Type::Q8_1,

@@ -18,6 +18,7 @@ enum class Type : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
   Q8_0 = 8,
   Q8_1 = 9,  // activation-side format (Q8 with the block sum); not a weight type here
 };
@@ -45,6 +46,16 @@ struct BlockQ4_1 {
   uint8_t qs[kBlock / 2];
 };
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
+
+// Q5_0: d * (q - 16), q 0..31; q's low 4 bits are the low nibble of qs[e]
+// for e < 16, the high nibble of qs[e - 16] after (Q4_0's order), and bit 4
+// is bit e of qh (a little-endian 32-bit mask, bytes: no alignment beyond 2).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
 
 // Q8_1 (activations for Q4_1 dot products): d * q[i], s = d * sum(q) in fp16.
 struct BlockQ8_1 {

@@ -150,7 +150,7 @@ std::vector<uint8_t> random_weights(Type t, int64_t rows, int64_t cols) {
     uint16_t* h = reinterpret_cast<uint16_t*>(w.data());
     for (int64_t i = 0; i < rows * cols; ++i) h[i] = lilims::fp32_to_fp16((float)((int8_t)(h[i] & 0xff)) / 128.0f);
   } else {
-    const size_t bb = t == Type::Q8_0 ? 34 : t == Type::Q4_0 ? 18 : 20;
+    const size_t bb = lilims::quant::traits(t).block_bytes;
     for (size_t o = 0; o < w.size(); o += bb) {
       std::memcpy(&w[o], &d, 2);
       if (t == Type::Q4_1) std::memcpy(&w[o + 2], &d, 2);

@@ -47,6 +47,15 @@ inline Decoded decode_block(quant::Type t, const uint8_t* p) {
         o.q[i + 16] = (p[2 + i] >> 4) - 8;
       }
       break;
+    case quant::Type::Q5_0: {
+      const uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 |
+                          (uint32_t)p[5] << 24;
+      for (int i = 0; i < 16; ++i) {
+        o.q[i] = ((p[6 + i] & 15) | (int)((qh >> i) & 1) << 4) - 16;
+        o.q[i + 16] = ((p[6 + i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4) - 16;
+      }
+      break;
+    }
     case quant::Type::Q4_1:
       o.m = fp16_to_fp32(h[1]);
       for (int i = 0; i < 16; ++i) {
@@ -65,6 +74,7 @@ inline size_t block_bytes(quant::Type t) {
     case quant::Type::Q8_1: return 36;
     case quant::Type::Q4_0: return 18;
     case quant::Type::Q4_1: return 20;
+    case quant::Type::Q5_0: return 22;
     default: return 0;
   }
 }
@@ -185,6 +195,39 @@ inline double abs_terms(quant::Type wt, const uint8_t* wrow, const uint8_t* arow
     double t = 0;
     for (int i = 0; i < 32; ++i) t += std::abs(w.q[i] * a.q[i]);
     s += std::fabs((double)w.d * a.d) * t + std::fabs((double)w.m * a.m);
+  }
+  return s;
+}
+
+// The exact result of output (row r, token j) in double precision, from the
+// blocks decoded here (not by the kernels' code): sum over blocks of
+// dw * da * sum(qw * qa) (+ mw * sa for Q4_1), or sum of w_k * x_k.  Every
+// product and partial sum is exact in double for the tests' data (fp16
+// scales, |sumi| < 2^20, at most 2^13 blocks), so this is the true value.
+inline double dot_double(quant::Type wt, const uint8_t* wrow, const uint8_t* arow, int64_t K) {
+  double s = 0;
+  if (wt == quant::Type::F32 || wt == quant::Type::F16) {
+    for (int64_t k = 0; k < K; ++k) {
+      float w, x;
+      std::memcpy(&x, arow + 4 * k, 4);
+      if (wt == quant::Type::F32) {
+        std::memcpy(&w, wrow + 4 * k, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, wrow + 2 * k, 2);
+        w = fp16_to_fp32(h);
+      }
+      s += (double)w * x;
+    }
+    return s;
+  }
+  const quant::Type at = kernels::act_type(wt);
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const Decoded w = decode_block(wt, wrow + b * block_bytes(wt));
+    const Decoded a = decode_block(at, arow + b * block_bytes(at));
+    int64_t sumi = 0;
+    for (int i = 0; i < 32; ++i) sumi += (int64_t)w.q[i] * a.q[i];
+    s += (double)w.d * a.d * (double)sumi + (double)w.m * a.m;
   }
   return s;
 }

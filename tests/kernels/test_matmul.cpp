@@ -153,6 +153,10 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
         if (exact) {
           if (a != b) ++bad;
           EXPECT_EQ(a, b) << "row " << r << " token " << j;
+          // Integer data: the reference must give the exact value itself.
+          EXPECT_EQ((double)b, test::dot_double(wt, wg.data() + quant::row_bytes(wt, s.K) * r,
+                                                act + astride * j, s.K))
+              << "ref vs exact, row " << r << " token " << j;
           continue;
         }
         // Both compute the same sum of terms t_i (products of exact
@@ -169,6 +173,13 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
         if (std::fabs((double)a - b) > bound) ++bad;
         EXPECT_LE(std::fabs((double)a - b), bound) << "row " << r << " token " << j << ": " << a
                                                    << " vs ref " << b;
+        // The reference itself against the exact value (test::dot_double,
+        // decoded independently): one fp32 sum of the same m terms, so the
+        // same bound holds (it covers any order, the true sum included).
+        const double exact_value = test::dot_double(
+            wt, wg.data() + quant::row_bytes(wt, s.K) * r, act + astride * j, s.K);
+        EXPECT_LE(std::fabs((double)b - exact_value), bound)
+            << "ref vs exact, row " << r << " token " << j << ": " << b << " vs " << exact_value;
       }
     }
     ASSERT_EQ(yk[0], kSentinel) << "wrote before Y";
@@ -191,12 +202,13 @@ TEST_P(matmul_kernel, MatchesRefWithinBound) {
 }
 
 // A long row of the most extreme blocks, every scale 1: each row's block sum
-// is the same (Q8_0 weights -128, Q4_0 -8, Q4_1 15; activations 127) and
-// the row has enough blocks that a running int32 sum over the row passes
-// 2^31 (the NEON 1-token tile keeps one, taking each block's sum as a
-// difference of totals; at Q4_0 as 16 (q - 8)).  Q8_0 and Q4_0 sums are
-// 127 * 2^12 and 127 * 2^8: every fp32 partial sum of them is exact, so the
-// results must equal the reference.  Q4_1's 15 * 127 * 32 = 60960 is
+// is the same (Q8_0 weights -128, Q4_0 -8, Q5_0 -16, Q4_1 15; activations
+// 127) and the row has enough blocks that a running int32 sum over the row
+// passes 2^31 (the NEON 1-token tile keeps one, taking each block's sum as a
+// difference of totals; at Q4_0 as 16 (q - 8)).  Q8_0, Q4_0 and Q5_0 sums
+// are 127 * 2^12, 127 * 2^8 and 127 * 2^9 (and any part of a block's sum a
+// kernel keeps apart, 127 * 2^k too): every fp32 partial sum of them is
+// exact, so the results must equal the reference.  Q4_1's 15 * 127 * 32 = 60960 is
 // smaller: it needs 35231 blocks, beyond exact fp32 sums, so it is checked
 // against the reference within the bound of `check`, far below the 2^32
 // a wrong wrap would add.
@@ -213,6 +225,7 @@ TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
     std::memcpy(p, &one, 2);
     if (wt == Type::Q8_0) std::memset(p + 2, 0x80, 32);  // -128
     if (wt == Type::Q4_0) std::memset(p + 2, 0x00, 16);  // nibble 0: -8
+    if (wt == Type::Q5_0) std::memset(p + 2, 0x00, 20);  // qh and nibbles 0: -16
     if (wt == Type::Q4_1) {
       std::memcpy(p + 2, &zero, 2);   // m = 0
       std::memset(p + 4, 0xff, 16);  // nibbles 15
@@ -231,7 +244,11 @@ TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
   k.fn(tw.w, 0, rows, ag.data(), st, 1, yk.data(), rows);
   ref_for(wt).fn(tr.w, 0, rows, ag.data(), st, 1, yr.data(), rows);
   // One block's sum (every scale 1).
-  const double block = (wt == Type::Q8_0 ? -128.0 : wt == Type::Q4_0 ? -8.0 : 15.0) * 127 * 32;
+  const double block = (wt == Type::Q8_0   ? -128.0
+                        : wt == Type::Q4_0 ? -8.0
+                        : wt == Type::Q5_0 ? -16.0
+                                           : 15.0) *
+                       127 * 32;
   for (int64_t r = 0; r < rows; ++r) {
     if (wt == Type::Q4_1) {
       // As in `check`: 2 (m + 3) u sum|t_i|, m = 2 nb terms, sum|t_i| = nb * |block|.
@@ -464,6 +481,7 @@ TEST(matmul_graph, QuantizedPathVsOracleAndRef) {
   const GraphCase cases[] = {{Type::Q4_1, 67, 576, 1},  {Type::Q4_1, 13, 576, 9},
                              {Type::Q8_0, 64, 1536, 1}, {Type::Q8_0, 35, 256, 70},
                              {Type::Q4_0, 33, 2048, 2}, {Type::Q4_0, 64, 64, 130},
+                             {Type::Q5_0, 37, 640, 3},  {Type::Q5_0, 20, 2048, 67},
                              {Type::F16, 19, 200, 3},   {Type::F32, 21, 136, 5}};
   for (int threads : {1, 2, 3}) {
     graph::ThreadPool pool(threads);

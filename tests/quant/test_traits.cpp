@@ -17,7 +17,7 @@
 namespace lilims::quant {
 namespace {
 
-const Type kAll[] = {Type::F32, Type::F16, Type::Q4_0, Type::Q4_1, Type::Q8_0, Type::Q8_1};
+const Type kAll[] = {Type::F32, Type::F16, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q8_0, Type::Q8_1};
 
 TEST(quant_traits, EveryTypeHasItsOwnEntry) {
   for (Type t : kAll) {
@@ -36,10 +36,12 @@ TEST(quant_traits, BlockGeometryMatchesTheStructs) {
   EXPECT_EQ(sizeof(BlockQ8_0), traits(Type::Q8_0).block_bytes);
   EXPECT_EQ(sizeof(BlockQ4_0), traits(Type::Q4_0).block_bytes);
   EXPECT_EQ(sizeof(BlockQ4_1), traits(Type::Q4_1).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ5_0), traits(Type::Q5_0).block_bytes);
   EXPECT_EQ(sizeof(BlockQ8_1), traits(Type::Q8_1).block_bytes);
   EXPECT_EQ(offsetof(BlockQ8_0, q), traits(Type::Q8_0).scale_bytes);
   EXPECT_EQ(offsetof(BlockQ4_0, qs), traits(Type::Q4_0).scale_bytes);
   EXPECT_EQ(offsetof(BlockQ4_1, qs), traits(Type::Q4_1).scale_bytes);
+  EXPECT_EQ(offsetof(BlockQ5_0, qh), traits(Type::Q5_0).scale_bytes);
   EXPECT_EQ(offsetof(BlockQ8_1, q), traits(Type::Q8_1).scale_bytes);
   for (Type t : kAll) EXPECT_EQ(3 * traits(t).block_bytes, row_bytes(t, 3 * traits(t).block_size));
 }
@@ -56,12 +58,14 @@ TEST(quant_traits, KernelsAndRepackReadTheTraits) {
   }
   EXPECT_EQ(Type::Q8_1, kernels::act_type(Type::Q4_1));
   EXPECT_EQ(Type::Q8_0, kernels::act_type(Type::Q4_0));
+  EXPECT_EQ(Type::Q8_0, kernels::act_type(Type::Q5_0));
   EXPECT_EQ(Type::F32, kernels::act_type(Type::F16));
 }
 
 TEST(quant_traits, FileTypesAndNames) {
   const std::pair<Type, int> ftypes[] = {
-      {Type::F32, 0}, {Type::F16, 1}, {Type::Q4_0, 2}, {Type::Q4_1, 3}, {Type::Q8_0, 7}, {Type::Q8_1, -1}};
+      {Type::F32, 0}, {Type::F16, 1}, {Type::Q4_0, 2}, {Type::Q4_1, 3}, {Type::Q5_0, 8}, {Type::Q8_0, 7},
+      {Type::Q8_1, -1}};
   for (auto [t, f] : ftypes) {
     EXPECT_EQ(f, traits(t).file_type) << traits(t).name;
     EXPECT_EQ(f, gguf::file_type_of(t)) << traits(t).name;
@@ -93,11 +97,12 @@ TEST(quant_traits, FromFloatToFloatRoundTrip) {
       const float amax = std::max(std::fabs(lo), std::fabs(hi));
       // Half a step: Q8 amax/127 / 2, Q4_1 range/15 / 2, F16 2^-11 relative;
       // Q4_0 maps the largest magnitude to -8, so the other sign's end may
-      // clip at +7: a whole step amax/8.
+      // clip at +7: a whole step amax/8; Q5_0 likewise at -16 / +15, amax/16.
       const float step = t == Type::F32    ? 0.0f
                          : t == Type::F16  ? amax / 1024
                          : t == Type::Q4_1 ? (hi - lo) / 15
                          : t == Type::Q4_0 ? 2 * amax / 8
+                         : t == Type::Q5_0 ? 2 * amax / 16
                                            : amax / 127;
       for (int j = 0; j < 32; ++j) {
         const int i = 32 * b + j;

@@ -1,6 +1,7 @@
 // Loading a GGUF whose weights are in types lilims has no kernels for (the
-// K-quants, Q5_0/Q5_1, IQ4_NL, BF16): they are dequantized with the reference
-// dequantizers and re-quantized to Q8_0 at load (models/load.cpp).
+// K-quants, Q5_1, IQ4_NL, BF16): they are dequantized with the reference
+// dequantizers and re-quantized to Q8_0 at load (models/load.cpp).  A Q5_0
+// weight among them (a kernel type) is kept as it is in the file.
 //
 // The model: a 1-layer llama of width 256 (whole K-quant super-blocks) on the
 // tiny llama's tokenizer, every weight random blocks of one of those types,
@@ -8,9 +9,9 @@
 //  - the same model with every weight dequantized to F32: logits within
 //    kTolF32Ref (below);
 //  - what the load must make of it, built here: Q4_K weights transcoded to
-//    Q4_1, the others' floats quantized to Q8_0 with GGML's plain rounding
-//    (as `lilims quantize --method plain` does): the logits must be equal,
-//    bit for bit.
+//    Q4_1, Q5_0 bytes as they are, the others' floats quantized to Q8_0 with
+//    GGML's plain rounding (as `lilims quantize --method plain` does): the
+//    logits must be equal, bit for bit.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -43,16 +44,17 @@ const TypeRecipe kRecipes[] = {
     {14, {{208, 0.1f / 4096}}},                 // Q6_K
     {10, {{80, 0.1f / 45}, {82, 0.05f / 15}}},  // Q2_K
     {11, {{108, 0.1f / 128}}},                  // Q3_K
-    {6, {{0, 0.1f / 16}}},                      // Q5_0
+    {6, {{0, 0.1f / 16}}},                      // Q5_0 (kept: blk.0.ffn_gate.weight)
     {7, {{0, 0.1f / 31}, {2, -0.05f}}},         // Q5_1: d, m
     {20, {{0, 0.1f / 127}}},                    // IQ4_NL
     {30, {}},                                   // BF16
 };
 
 std::vector<uint8_t> random_tensor(const TypeRecipe& r, int64_t n, std::mt19937& rng) {
-  const quant::DequantTraits* t = quant::dequant_traits(r.type);
-  const size_t n_blocks = (size_t)(n / t->block_size);
-  std::vector<uint8_t> b(n_blocks * t->block_bytes);
+  quant::ReadableType t;
+  quant::readable_type(r.type, &t);
+  const size_t n_blocks = (size_t)(n / t.block_size);
+  std::vector<uint8_t> b(n_blocks * t.block_bytes);
   if (r.type == 30) {
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     for (size_t i = 0; i < b.size() / 2; ++i) {
@@ -68,7 +70,7 @@ std::vector<uint8_t> random_tensor(const TypeRecipe& r, int64_t n, std::mt19937&
   for (size_t k = 0; k < n_blocks; ++k) {
     for (const auto& [off, v] : r.halves) {
       const uint16_t h = fp32_to_fp16(v);
-      std::memcpy(&b[k * t->block_bytes + off], &h, 2);
+      std::memcpy(&b[k * t.block_bytes + off], &h, 2);
     }
   }
   return b;
@@ -110,9 +112,15 @@ Files make_models(uint32_t seed) {
     const std::vector<uint8_t> blocks = random_tensor(r, n, rng);
     kq.add_tensor(w.name, {w.cols, w.rows}, r.type, blocks.data(), blocks.size());
     std::vector<float> floats((size_t)n);
-    quant::dequant_traits(r.type)->to_float(blocks.data(), floats.data(), n);
+    quant::ReadableType rt;
+    quant::readable_type(r.type, &rt);
+    rt.to_float(blocks.data(), floats.data(), n);
     f32.add_tensor(w.name, {w.cols, w.rows}, 0, floats.data(), floats.size() * 4);
     const quant::DequantTraits* dq = quant::dequant_traits(r.type);
+    if (!dq) {  // a kernel type: loaded as it is
+      loaded.add_tensor(w.name, {w.cols, w.rows}, r.type, blocks.data(), blocks.size());
+      continue;
+    }
     std::vector<uint8_t> as_loaded(quant::row_bytes(dq->load_as, (int64_t)w.cols) * w.rows);
     if (dq->transcode) {
       dq->transcode(blocks.data(), as_loaded.data(), n);
@@ -209,18 +217,21 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
   auto kq = runtime::Model::open_memory(f.kquant.data(), f.kquant.size(), mo);
   set_log_callback(nullptr, nullptr, LILIMS_LOG_WARN);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("[model] re-quantized 9 tensors"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("[model] re-quantized 8 tensors"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("1 Q4_K -> Q4_1"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("1 Q6_K -> Q8_0"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[0].find("Q5_0"), std::string::npos) << lines[0];
 
-  // All nine weights are heap copies: the Q4_K embedding in Q4_1 (20 bytes
-  // per 32 weights), the rest in Q8_0 (34).
+  // Eight weights are heap copies: the Q4_K embedding in Q4_1 (20 bytes
+  // per 32 weights), the rest in Q8_0 (34); the Q5_0 ffn_gate (22) is read
+  // from the file's bytes.
   const uint64_t n_weights = 2ull * 512 * kEmbd + 2ull * kEmbd * kEmbd + 2ull * kEmbd * 128 +
                              3ull * kEmbd * kFf;
   const graph::ModelMemory mm = kq->memory(32);
-  const uint64_t n_embd_weights = 512ull * kEmbd;
-  EXPECT_EQ(mm.weights_heap, (n_weights - n_embd_weights) / 32 * 34 + n_embd_weights / 32 * 20);
-  EXPECT_EQ(mm.weights_mapped, 0u);
+  const uint64_t n_embd_weights = 512ull * kEmbd, n_gate_weights = 1ull * kEmbd * kFf;
+  EXPECT_EQ(mm.weights_heap, (n_weights - n_embd_weights - n_gate_weights) / 32 * 34 +
+                                 n_embd_weights / 32 * 20);
+  EXPECT_EQ(mm.weights_mapped, n_gate_weights / 32 * 22);
   EXPECT_EQ(mm.embed_rows, 0u);
   auto file = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
   EXPECT_GE(runtime::model_memory_estimate(*file, mo), file->file_size() + mm.weights_heap);
@@ -228,7 +239,7 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
   // Repacked, the copies give way to the kernels' layouts.
   auto packed = runtime::Model::open_memory(f.kquant.data(), f.kquant.size());
   const graph::ModelMemory pm = packed->memory(32);
-  EXPECT_EQ(pm.weights_mapped, 0u);
+  EXPECT_EQ(pm.weights_mapped, n_gate_weights / 32 * 22);  // Q5_0: never repacked
   EXPECT_GE(pm.weights_heap, mm.weights_heap - n_embd_weights / 32 * 20);
 }
 
