@@ -8,7 +8,7 @@
 // kLayoutX16: groups of 16 rows, quants interleaved 4 bytes per row, one
 // row per 32-bit lane of a 64-byte register.  Activations are quantized on the fly to Q8_0
 // (for Q8_0/Q4_0/Q5_0 weights) or Q8_1 (for Q4_1), once per matmul.  Q5_0
-// is read in its GGUF layout.
+// is repacked into kLayoutX16 only, and read in its GGUF layout elsewhere.
 //
 // Every kernel is listed once in kernels/matmul_kernels.inc; that list feeds
 // the dispatch table (matmul_dispatch.cpp), tests/kernels and bench/kernels.
@@ -82,7 +82,8 @@ struct PackedWeight {  // a weight matrix ready for the kernels
 
 // Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
 // repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref;
-// into kLayoutX16 when vnni_enabled(), else kLayoutX4) a row-major GGUF
+// into kLayoutX16 when vnni_enabled(), else kLayoutX4; Q5_0 only into
+// kLayoutX16) a row-major GGUF
 // matrix.  `data` must outlive the result when not repacked.
 // cols must be a multiple of 32 for the block types.  Throws lilims::Error.
 //

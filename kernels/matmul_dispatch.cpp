@@ -115,8 +115,9 @@ const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
 }
 
 int preferred_layout(quant::Type type) {
-  if (!quant::repackable_x4(type) || active_isa() == Isa::ref) return kLayoutGguf;
-  return vnni_enabled() ? kLayoutX16 : kLayoutX4;
+  if (active_isa() == Isa::ref) return kLayoutGguf;
+  const int layout = vnni_enabled() ? kLayoutX16 : kLayoutX4;
+  return quant::repackable(type, layout) ? layout : kLayoutGguf;
 }
 
 namespace {

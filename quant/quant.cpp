@@ -97,8 +97,9 @@ void q4_1_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
 
 // file_type: llama.cpp's LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
 // MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_Q5_0 8.
-// Q5_0 is read in its GGUF layout (kernels/x86/matmul_q5_0_gemm_avx2.cpp
-// says why), and only the plain rounding writes it.
+// Q5_0 is repacked only into 16-row groups (its qh words side by side, one
+// per 32-bit lane: quant/repack.h); elsewhere it is read in its GGUF layout.
+// Only the plain rounding writes it.
 const TypeTraits kTraits[] = {
     // type, name, block_size, block_bytes, scale_bytes, to_float, from_float,
     //   act_type, repack, weight, file_type
@@ -109,7 +110,7 @@ const TypeTraits kTraits[] = {
     {Type::Q4_1, "Q4_1", kBlock, sizeof(BlockQ4_1), 4, q4_1_to_float, q4_1_from_float, Type::Q8_1,
      Repack::x4, true, 3},
     {Type::Q5_0, "Q5_0", kBlock, sizeof(BlockQ5_0), 2, q5_0_to_float, q5_0_from_float, Type::Q8_0,
-     Repack::none, true, 8},
+     Repack::x16, true, 8},
     {Type::Q8_0, "Q8_0", kBlock, sizeof(BlockQ8_0), 2, q8_0_to_float, q8_0_from_float, Type::Q8_0,
      Repack::x4, true, 7},
     {Type::Q8_1, "Q8_1", kBlock, sizeof(BlockQ8_1), 4, q8_1_to_float, q8_1_from_float, Type::Q8_1,

@@ -68,7 +68,8 @@ static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block is 36 bytes");
 // How a weight may be rearranged for the SIMD kernels (quant/repack.h).
 enum class Repack : uint8_t {
   none,  // read in its GGUF layout
-  x4,    // 4-row interleaved groups (kernels::kLayoutX4)
+  x4,    // 4-row interleaved groups (kernels::kLayoutX4), or 16 (kLayoutX16)
+  x16,   // 16-row groups only (kLayoutX16, where the AVX-512 VNNI kernels run)
 };
 
 // plain: GGML's reference rounding; search: least squared error per block

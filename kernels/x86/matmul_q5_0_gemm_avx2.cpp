@@ -2,9 +2,12 @@
 // BlockQ5_0, read in place from the mapping), AVX2.  Built with -mavx2
 // -mfma -mf16c.
 //
-// Why no repack: Q5_0 comes mixed into community K-quant files (a minority
-// of a model's tensors); reading the file's bytes keeps them zero-copy, and
-// a 22-byte block at a 2-byte-aligned offset costs only unaligned loads.
+// Where the AVX-512 VNNI kernels run, Q5_0 is repacked into 16-row groups
+// (matmul_gemm_x16_avx512vnni.cpp); on AVX2 alone it stays in the file's
+// bytes (zero-copy; a 22-byte block at a 2-byte-aligned offset costs only
+// unaligned loads).  One row at a time, this kernel is several times slower
+// than the interleaved ones (bench/kernels: gemm512 61 GOP/s against 456
+// for Q8_0 x16 on SmolLM2's 1536 x 576); an x4 layout would close the gap.
 //
 // Per block, the 16 bytes of qs become 32 nibbles in element order (low
 // nibbles: elements 0..15, high: 16..31), the 32 bits of qh a byte mask

@@ -361,7 +361,8 @@ INSTANTIATE_TEST_SUITE_P(All, matmul_quantize_act,
 TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
   for (int layout : {kernels::kLayoutX4, kernels::kLayoutX16}) {
     const int64_t G = quant::layout_group_rows(layout);
-    for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0}) {
+      if (!quant::repackable(t, layout)) continue;  // Q5_0: kLayoutX16 only
       for (int64_t rows : {1, 4, 6, 11, 16, 23, 33}) {
         const int64_t K = 96;
         std::mt19937_64 rng(test::base_seed() + rows);
@@ -386,9 +387,12 @@ TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
 }
 
 // kLayoutX16: chunk c (4 bytes) of row r at qs[(c * 16 + r) * 4] after the
-// 16 rows' scales; Q8_0 bytes XOR 0x80 (q + 128), Q4 bytes as GGUF's.
+// 16 rows' scales; Q8_0 bytes XOR 0x80 (q + 128), Q4 and Q5_0 bytes as
+// GGUF's (Q5_0's chunk 0 is qh: BlockQ5_0x16::qh[r]).
 TEST(matmul_repack, X16BytesAreWhereTheKernelsLoadThem) {
-  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+  EXPECT_FALSE(quant::repackable(Type::Q5_0, kernels::kLayoutX4));
+  EXPECT_TRUE(quant::repackable(Type::Q5_0, kernels::kLayoutX16));
+  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0}) {
     const int64_t rows = 16, K = 64;
     std::mt19937_64 rng(test::base_seed() + 41);
     const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});

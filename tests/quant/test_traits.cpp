@@ -52,6 +52,7 @@ TEST(quant_traits, KernelsAndRepackReadTheTraits) {
     EXPECT_EQ(tr.act_type, kernels::act_type(t)) << tr.name;
     EXPECT_EQ(row_bytes(tr.act_type, 96), kernels::act_row_bytes(t, 96)) << tr.name;
     EXPECT_EQ(tr.repack == Repack::x4, repackable_x4(t)) << tr.name;
+    EXPECT_EQ(tr.repack != Repack::none, repackable(t, kLayoutX16)) << tr.name;
     // Rows 5 -> two 4-row groups; a group's block column holds 4 blocks.
     EXPECT_EQ(tr.repack == Repack::x4 ? 2 * 2 * 4 * tr.block_bytes : 0, repacked_bytes(t, kLayoutX4, 5, 64))
         << tr.name;
