@@ -156,6 +156,7 @@ struct MatmulKernel {
   Isa isa;               // the path it belongs to
   Feature needs;         // CPU feature it needs
   MatmulKernelFn fn;
+  bool keeps;            // see matmul_kernels.inc and kept_at_load
 };
 
 struct QuantizeKernel {
@@ -176,6 +177,15 @@ int preferred_layout(quant::Type type);
 // The best kernel of a path for a weight (type, layout) on this CPU; falls
 // back to the ref kernel, which reads every layout.
 const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout);
+// Whether a weight of `type` is kept as it is at load on this CPU and
+// active ISA (false for a type with no kernel at all: Q2_K, BF16, ...).
+// True for the kernel types the loader has no conversion for; for the
+// others (quant::dequant_traits(type) names one: Q5_0 -> Q8_0) only when
+// the kernel that would run it (select_matmul_kernel on preferred_layout)
+// is marked `keeps` in matmul_kernels.inc: measured no slower than the
+// converted type's kernels.  Q5_0 is kept where the AVX-512 VNNI kernels
+// run; on AVX2-only and NEON CPUs it becomes Q8_0 at load.
+bool kept_at_load(quant::Type type);
 // nullptr for F32/F16 weights (no activation quantization).
 const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype);
 

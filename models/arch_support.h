@@ -105,7 +105,7 @@ class Reader {
                                      std::to_string(cols) + " x " + std::to_string(rows) + "]");
     }
     Weight w = weight_of(t, name, rows, cols);
-    if (!quant::type_traits(t.type)) requantize(t, w);
+    if (!quant::type_traits(t.type) || !kernels::kept_at_load(w.type)) requantize(t, w);
     return w;
   }
 

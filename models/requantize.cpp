@@ -223,7 +223,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const quant::TypeTraits* d = dst_of(k);
     if (d || !folded(in.tensors()[k])) return d;
     d = quant::type_traits(in.tensors()[k].type);
-    if (!d) {
+    if (!d || !d->from_float) {  // the K-quants are read, not written
       throw Error(LILIMS_ERR_UNSUPPORTED, "[quantize] cannot write the scaled " + in.tensors()[k].name);
     }
     return d;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/fp16.h"
+#include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 
 namespace lilims::quant {
@@ -95,6 +96,7 @@ void q4_1_from_float(const float* x, void* y, int64_t n, QuantMethod m) {
   quantize_row_q4_1(x, static_cast<BlockQ4_1*>(y), n, m);
 }
 
+
 // file_type: llama.cpp's LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
 // MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_Q5_0 8.
 // Q5_0 is repacked only into 16-row groups (its qh words side by side, one
@@ -115,6 +117,21 @@ const TypeTraits kTraits[] = {
      Repack::x4, true, 7},
     {Type::Q8_1, "Q8_1", kBlock, sizeof(BlockQ8_1), 4, q8_1_to_float, q8_1_from_float, Type::Q8_1,
      Repack::none, false, -1},
+    // The K-quants: read in place (their GGUF layout); lilims reads them but
+    // does not write them (no from_float, no file type), and where this CPU
+    // has no kernel for them as fast as the converted type's the loader
+    // converts them (quant/dequant_ref.h, kernels::kept_at_load).  Their
+    // activations are the 32-blocks the converted path uses (Q4_K/Q5_K's
+    // sub-blocks of 32 with a min: Q8_1; Q6_K's 16 without: Q8_0), not
+    // llama.cpp's Q8_K (one scale per 256): measured on Gemma 3 270M, Q8_K
+    // doubled the distance of its top-20 logits to llama.cpp's on a code
+    // prompt (0.17 -> 0.38) where 32-blocks keep it.
+    {Type::Q4_K, "Q4_K", kBlockK, sizeof(BlockQ4_K), 0, q4_k_to_float, nullptr, Type::Q8_1,
+     Repack::none, true, -1},
+    {Type::Q5_K, "Q5_K", kBlockK, sizeof(BlockQ5_K), 0, q5_k_to_float, nullptr, Type::Q8_1,
+     Repack::none, true, -1},
+    {Type::Q6_K, "Q6_K", kBlockK, sizeof(BlockQ6_K), 0, q6_k_to_float, nullptr, Type::Q8_0,
+     Repack::none, true, -1},
 };
 
 }  // namespace

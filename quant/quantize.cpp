@@ -443,7 +443,7 @@ bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n, co
 
 bool quantize_row(Type type, const float* src, void* dst, int64_t n, QuantMethod method) {
   const TypeTraits& t = traits(type);
-  if (t.type != type || !t.weight) return false;
+  if (t.type != type || !t.weight || !t.from_float) return false;
   t.from_float(src, dst, n, method);
   return true;
 }

@@ -49,6 +49,13 @@ const Shape kShapes[] = {
     // counts, long rows.
     {3, 96, 1}, {4, 64, 1}, {2, 1056, 1}, {4, 8224, 1}};
 
+// The K-quants' shapes: K a multiple of 256 (1 to 16 super-blocks), the
+// same token counts and row counts.
+const Shape kShapesK[] = {{1, 256, 1},   {3, 256, 2},   {4, 512, 3},   {5, 768, 7},
+                          {13, 1280, 1}, {7, 1024, 4},  {9, 2048, 1},  {6, 4096, 3},
+                          {67, 256, 64}, {17, 512, 65}, {10, 256, 512}, {33, 768, 15},
+                          {2, 1536, 5},  {4, 2304, 9}};
+
 uint64_t case_seed(const Shape& s, int salt) {
   return test::base_seed() ^ (uint64_t)(s.rows * 1000003 + s.K * 1009 + s.n * 31 + salt);
 }
@@ -107,6 +114,11 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
   const MatmulKernel& kern() const { return kernels::matmul_kernels()[GetParam()]; }
   bool quantized() const { return kern().wtype != Type::F32 && kern().wtype != Type::F16; }
 
+  std::vector<Shape> shapes() const {
+    if (test::is_k_quant(kern().wtype)) return {std::begin(kShapesK), std::end(kShapesK)};
+    return {std::begin(kShapes), std::end(kShapes)};
+  }
+
   // Runs kernel and reference on one shape; exact: integer data, results
   // must be equal; otherwise within the bound derived below.
   void check(const Shape& s, bool exact, int salt) {
@@ -117,8 +129,11 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
     test::RandOpts o;
     o.integer_scales = exact;
     // Integer results are exact in fp32 while every partial sum is < 2^24:
-    // K * 128 * 127 < 2^24 for K <= 1024; beyond, |a| <= 7.
+    // K * 128 * 127 < 2^24 for K <= 1024; beyond, |a| <= 7.  K-quants:
+    // |scale * q| <= 63 * 31 (Q5_K; Q6_K 128 * 32), so |a| <= 3 up to
+    // K = 1024, 1 up to 2048 (and larger K are not run exact).
     if (exact && s.K > 1024) o.act_range = 7;
+    if (exact && test::is_k_quant(wt)) o.act_range = s.K <= 1024 ? 3 : 1;
     const std::vector<uint8_t> wg = test::random_weights(wt, s.rows, s.K, rng, o);
     const std::vector<uint8_t> ag = test::random_acts(at, s.n, s.K, rng, o);
     const size_t astride = kernels::act_row_bytes(wt, s.K);
@@ -188,15 +203,16 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
 
 TEST_P(matmul_kernel, IntegerDataIsExact) {
   if (!quantized()) GTEST_SKIP() << "float weights: no integer path";
-  for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
-    check(kShapes[i], true, 1);
+  for (const Shape& sh : shapes()) {
+    if (test::is_k_quant(kern().wtype) && sh.K > 2048) continue;
+    check(sh, true, 1);
     if (HasFatalFailure()) return;
   }
 }
 
 TEST_P(matmul_kernel, MatchesRefWithinBound) {
-  for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
-    check(kShapes[i], false, 2);
+  for (const Shape& sh : shapes()) {
+    check(sh, false, 2);
     if (HasFatalFailure()) return;
   }
 }
@@ -216,6 +232,11 @@ TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
   const MatmulKernel& k = kern();
   const Type wt = k.wtype, at = kernels::act_type(wt);
   if (!quantized()) GTEST_SKIP() << "float weights: no integer sums";
+  if (test::is_k_quant(wt)) {
+    // Each super-block's int32 lanes start from 0 (a K-quant kernel sums a
+    // row in float, super-block by super-block: nothing to wrap).
+    GTEST_SKIP() << k.name << ": no sum over the row in int32";
+  }
   const int64_t rows = 3, nb = wt == Type::Q4_1 ? 35231 : 4131, K = 32 * nb;
   const size_t wbb = test::block_bytes(wt), abb = test::block_bytes(at);
   std::vector<uint8_t> wg(rows * nb * wbb), ag(nb * abb);
@@ -268,7 +289,7 @@ TEST_P(matmul_kernel, RowSubrange) {
   const Type wt = k.wtype;
   const int64_t g = quant::layout_group_rows(k.layout < 0 ? 0 : k.layout);
   const int64_t r0 = g == 1 ? 3 : g, r1 = r0 + g + (g == 1 ? 5 : g / 2);
-  const int64_t rows = r1 + 3 + g, K = 96, n = 11;
+  const int64_t rows = r1 + 3 + g, K = test::is_k_quant(wt) ? 512 : 96, n = 11;
   std::mt19937_64 rng(test::base_seed() + 7);
   const std::vector<uint8_t> wg = test::random_weights(wt, rows, K, rng, {});
   const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), n, K, rng, {});
@@ -302,7 +323,9 @@ TEST_P(matmul_kernel, TokensAreIndependentOfTheBatch) {
   if (k.needs == kernels::Feature::dotprod || k.needs == kernels::Feature::i8mm) {
     GTEST_SKIP() << k.name << ": multi-token tiles sum in another order than one token";
   }
-  for (const Shape& s : {Shape{33, 544, 23}, Shape{20, 4128, 9}, Shape{16, 64, 130}}) {
+  const bool kq = test::is_k_quant(wt);
+  for (const Shape& s : {Shape{33, kq ? 768 : 544, 23}, Shape{20, kq ? 4352 : 4128, 9},
+                         Shape{16, kq ? 256 : 64, 130}}) {
     std::mt19937_64 rng(case_seed(s, 5));
     const std::vector<uint8_t> wg = test::random_weights(wt, s.rows, s.K, rng, {});
     const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), s.n, s.K, rng, {});
@@ -341,7 +364,7 @@ TEST_P(matmul_quantize_act, BitIdenticalToRef) {
       for (int i = 33; i <= 64; ++i) x[i] = (float)((i % 5) - 2) * 0.5f + (i == 33 ? 127.0f : 0.0f);
       x[70] = 3.0e4f;
     }
-    const size_t bytes = (q.type == Type::Q8_1 ? 36 : 34) * (size_t)(K / 32);
+    const size_t bytes = quant::row_bytes(q.type, K);
     std::vector<uint8_t> a(bytes + 2, 0), b(bytes, 0);
     q.fn(x.data() + 1, a.data() + 2, K);  // misaligned input, output only fp16-aligned
     (q.type == Type::Q8_1 ? kernels::quantize_row_q8_1__ref : kernels::quantize_row_q8_0__ref)(
@@ -466,17 +489,19 @@ struct GraphCase {
 //                 + fp32 rounding of both sums, 2 * (K + 4) * u * sum |w_k| (|x_k| + d_b).
 double oracle_bound(Type t, const std::vector<float>& wdeq, const std::vector<float>& mins,
                     const float* x, int64_t K) {
+  const int64_t B = 32;
+  const double fp16_term = 127.0 / 2048;
   double s = 0, f = 0;
-  for (int64_t b = 0; b < K / 32; ++b) {
+  for (int64_t b = 0; b < K / B; ++b) {
     double amax = 0, sx = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, (double)std::fabs(x[b * 32 + i]));
+    for (int i = 0; i < B; ++i) amax = std::max(amax, (double)std::fabs(x[b * B + i]));
     const double d = amax / 127;
-    for (int i = 0; i < 32; ++i) {
-      s += std::fabs(wdeq[b * 32 + i]) * d * (0.5 + 127.0 / 2048);
-      f += std::fabs(wdeq[b * 32 + i]) * (std::fabs(x[b * 32 + i]) + d);
-      sx += std::fabs(x[b * 32 + i]);
+    for (int i = 0; i < B; ++i) {
+      s += std::fabs(wdeq[b * B + i]) * d * (0.5 + fp16_term);
+      f += std::fabs(wdeq[b * B + i]) * (std::fabs(x[b * B + i]) + d);
+      sx += std::fabs(x[b * B + i]);
     }
-    if (t == Type::Q4_1) s += std::fabs(mins[b]) * (sx + 32 * d) / 2048;
+    if (t == Type::Q4_1 || t == Type::Q4_K || t == Type::Q5_K) s += std::fabs(mins[b]) * (sx + 32 * d) / 2048;
   }
   return s + 2 * (K + 4) * test::kU * f;
 }
@@ -486,6 +511,9 @@ TEST(matmul_graph, QuantizedPathVsOracleAndRef) {
                              {Type::Q8_0, 64, 1536, 1}, {Type::Q8_0, 35, 256, 70},
                              {Type::Q4_0, 33, 2048, 2}, {Type::Q4_0, 64, 64, 130},
                              {Type::Q5_0, 37, 640, 3},  {Type::Q5_0, 20, 2048, 67},
+                             {Type::Q4_K, 37, 768, 3},  {Type::Q4_K, 20, 2048, 67},
+                             {Type::Q5_K, 19, 512, 5},  {Type::Q6_K, 37, 1280, 1},
+                             {Type::Q6_K, 20, 256, 70},
                              {Type::F16, 19, 200, 3},   {Type::F32, 21, 136, 5}};
   for (int threads : {1, 2, 3}) {
     graph::ThreadPool pool(threads);
@@ -509,6 +537,14 @@ TEST(matmul_graph, QuantizedPathVsOracleAndRef) {
       for (int64_t r = 0; r < c.rows; ++r) {
         std::vector<float> wdeq(c.K), mins(c.K / 32, 0.0f);
         tt->to_float(wg.data() + quant::row_bytes(c.t, c.K) * r, wdeq.data(), c.K);
+        if (test::is_k_quant(c.t)) {  // the min of each sub-block of 32 (0 for Q6_K)
+          const uint8_t* row = wg.data() + quant::row_bytes(c.t, c.K) * r;
+          for (int64_t b = 0; b < c.K / 32; ++b) {
+            double sp, mp;
+            test::k_element(c.t, row + (b / 8) * test::block_bytes(c.t), (int)(b % 8) * 32, &sp, &mp);
+            mins[b] = (float)mp;
+          }
+        }
         if (c.t == Type::Q4_1) {
           for (int64_t b = 0; b < c.K / 32; ++b) {
             uint16_t h;

@@ -99,7 +99,7 @@ TEST(DequantRef, MatchesGgufPackageBitForBit) {
 TEST(DequantRef, TraitsMatchGgmlGeometry) {
   // GGML's (block size, bytes) per type id, from its public type table.
   const struct { uint32_t id; int bs; size_t bytes; } kGgml[] = {
-      {7, 32, 24}, {10, 256, 84}, {11, 256, 110}, {12, 256, 144},
+      {6, 32, 22}, {7, 32, 24}, {10, 256, 84}, {11, 256, 110}, {12, 256, 144},
       {13, 256, 176}, {14, 256, 210}, {20, 32, 18}, {30, 1, 2}};
   for (const auto& g : kGgml) {
     const DequantTraits* t = dequant_traits(g.id);
@@ -109,11 +109,21 @@ TEST(DequantRef, TraitsMatchGgmlGeometry) {
     EXPECT_EQ(t->block_bytes, g.bytes) << t->name;
     EXPECT_TRUE(traits(t->load_as).weight) << t->name;
   }
-  // Kernel types are not in this table (Q5_0 is one: GGML's 32 elements in
-  // 22 bytes), and types with neither stay unreadable.
+  // Kernel types that are always kept are not in this table; those the
+  // loader converts on CPUs without a fast kernel for them are, with the
+  // same geometry as their kernel traits (Q5_0: GGML's 32 elements in 22
+  // bytes; Q4_K, Q5_K, Q6_K); types with neither stay unreadable.
   EXPECT_EQ(dequant_traits(2), nullptr);
-  EXPECT_EQ(dequant_traits(6), nullptr);
-  ASSERT_NE(type_traits(6), nullptr);
+  EXPECT_EQ(dequant_traits(8), nullptr);
+  for (uint32_t id : {6u, 12u, 13u, 14u}) {
+    const DequantTraits* dq = dequant_traits(id);
+    const TypeTraits* kt = type_traits(id);
+    ASSERT_NE(dq, nullptr) << id;
+    ASSERT_NE(kt, nullptr) << id;
+    EXPECT_EQ(dq->block_size, kt->block_size) << id;
+    EXPECT_EQ(dq->block_bytes, kt->block_bytes) << id;
+    EXPECT_NE(static_cast<uint32_t>(dq->load_as), id);
+  }
   EXPECT_EQ(type_traits(6)->block_size, 32);
   EXPECT_EQ(type_traits(6)->block_bytes, 22u);
   EXPECT_FALSE(readable_type(16, nullptr));  // IQ2_XXS
