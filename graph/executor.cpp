@@ -380,7 +380,14 @@ void Executor::block(const int32_t* tokens, int32_t m, int32_t pos0, float* logi
       run(graph_.nodes()[(size_t)i], (size_t)i, rows, m, pos0, tokens, all_logits);
       ++i;
     }
-    if (bc >= 0) kv_->commit(bc, pos0, m);
+    if (bc >= 0 && batch_runs_) {
+      for (int r = 0; r < batch_n_runs_; ++r) {
+        const BatchRun& br = batch_runs_[r];
+        br.kv->commit_from(bc, *kv_, br.row0, br.pos0, br.n);
+      }
+    } else if (bc >= 0) {
+      kv_->commit(bc, pos0, m);
+    }
   }
 }
 
@@ -539,7 +546,8 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
     case Op::rope_table: {
       float* sin = ptr(n.b);
       for (int32_t t = 0; t < rows; ++t) {
-        kernels::rope_table_f32(n.rope, pos0 + t, out + t * ldo, sin + t * ld(n.b));
+        const int32_t pos = batch_runs_ ? row_pos_[(size_t)t] : pos0 + t;
+        kernels::rope_table_f32(n.rope, pos, out + t * ldo, sin + t * ld(n.b));
       }
       break;
     }
@@ -554,12 +562,25 @@ void Executor::run(const Node& n, size_t index, int32_t& rows, int32_t m, int32_
       break;
     }
     case Op::attention:
-      attention(n, m, pos0);
+      if (batch_runs_) {
+        attention_batch(n, m);
+      } else {
+        attention(n, m, pos0);
+      }
       break;
     case Op::lora:
       if (lora_group_end_[index] > index) lora(index, rows, tokens);  // the rest of a group ran with its first
       break;
     case Op::select_rows:
+      if (batch_runs_) {  // each run's last row
+        for (int r = 0; r < batch_n_runs_; ++r) {
+          const int32_t t = batch_runs_[r].row0 + batch_runs_[r].n - 1;
+          std::memcpy(out + r * ldo, a + t * lda, (size_t)w * sizeof(float));
+        }
+        rows = batch_n_runs_;
+        break;
+      }
+      [[fallthrough]];
     case Op::drop_rows: {
       const int32_t first = n.op == Op::drop_rows ? std::min<int32_t>(n.first_row, rows)
                             : all_logits          ? 0
@@ -631,18 +652,12 @@ void Executor::self_attention(const Node& n, int32_t rows) {
 }
 
 
-void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
-  const kernels::OpsTable& ops = *plan_.ops;
+kernels::AttentionArgs Executor::attention_args(const Node& n, int32_t m) {
   const ModelShape& sh = graph_.shape();
-  const float* a = ptr(n.a);
-  const int64_t lda = ld(n.a), ldo = ld(n.out);
-  float* out = ptr(n.out);
   round_staged(n.layer, m);
   kernels::AttentionArgs args{};
-  args.q = a;
-  args.q_stride = lda;
-  args.n_q = m;
-  args.pos0 = pos0;
+  args.q = ptr(n.a);
+  args.q_stride = ld(n.a);
   args.k = kv_->k(n.layer);
   args.v = kv_->v(n.layer);
   args.kv_type = kv_->type();
@@ -653,11 +668,20 @@ void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
   args.head_dim = sh.head_dim;
   args.scale = n.scale;
   args.window = n.window;
-  args.out = out;
-  args.out_stride = ldo;
+  args.out = ptr(n.out);
+  args.out_stride = ld(n.out);
   args.k_new = kv_->staged_k(n.layer);
   args.v_new = kv_->staged_v(n.layer);
   args.new_stride = sh.kv_dim();
+  return args;
+}
+
+void Executor::attention(const Node& n, int32_t m, int32_t pos0) {
+  const kernels::OpsTable& ops = *plan_.ops;
+  const ModelShape& sh = graph_.shape();
+  kernels::AttentionArgs args = attention_args(n, m);
+  args.n_q = m;
+  args.pos0 = pos0;
   if (m == 1 || attention_per_token_) {
     for (int32_t t0 = 0; t0 < m; t0 += kAttnPartTokens) {
       attention_decode(args, t0, std::min<int32_t>(kAttnPartTokens, m - t0));
@@ -705,16 +729,32 @@ namespace lilims::graph {
 // rows rather than many short ones, in one kernel call that streams its
 // ranges (AttentionArgs::n_ranges).
 void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt) {
+  attention_rows(nt, [&](int32_t i) {
+    const int32_t t = t0 + i;
+    kernels::AttentionArgs la = args;
+    la.n_q = 1;
+    la.pos0 = args.pos0 + t;
+    la.q = args.q + (int64_t)t * args.q_stride;
+    la.out = args.out + (int64_t)t * args.out_stride;
+    la.n_new_before = t;  // the block's earlier staged rows stay visible
+    return la;
+  });
+}
+
+template <class RowArgs>
+void Executor::attention_rows(int32_t nt, const RowArgs& row_args) {
   const kernels::OpsTable& ops = *plan_.ops;
   const ModelShape& sh = graph_.shape();
   const int n_kv = sh.n_head_kv, group = sh.n_head / n_kv, d = sh.head_dim;
   const int want_runs = std::max(1, (2 * pool_.size() + n_kv - 1) / n_kv);
+  kernels::AttentionArgs row[kAttnPartTokens];
   int64_t lo[kAttnPartTokens], hi[kAttnPartTokens];
   int splits[kAttnPartTokens], runs[kAttnPartTokens], first_task[kAttnPartTokens + 1];
   first_task[0] = 0;
   for (int32_t i = 0; i < nt; ++i) {
-    hi[i] = (int64_t)args.pos0 + t0 + i;
-    lo[i] = kernels::attention_first_key(hi[i], args.window);
+    row[i] = row_args(i);
+    hi[i] = row[i].pos0;
+    lo[i] = kernels::attention_first_key(hi[i], row[i].window);
     splits[i] = kernels::attention_splits(hi[i] - lo[i] + 1);
     runs[i] = std::min(splits[i], want_runs);
     first_task[i + 1] = first_task[i] + n_kv * runs[i];
@@ -737,14 +777,8 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
     while (task >= first_task[i + 1]) ++i;
     const int u = (int)(task - first_task[i]);
     const int g = u / runs[i], r = u % runs[i];
-    const int32_t t = t0 + i;
-    kernels::AttentionArgs la = args;
-    la.n_q = 1;
-    la.pos0 = args.pos0 + t;
-    la.q = args.q + (int64_t)t * args.q_stride;
-    la.n_new_before = t;  // the block's earlier staged rows stay visible
+    kernels::AttentionArgs la = row[i];
     if (splits[i] == 1) {
-      la.out = args.out + (int64_t)t * args.out_stride;
       ops.attention(la, g * group, (g + 1) * group, scratch + (size_t)thread * per);
       return;
     }
@@ -764,12 +798,90 @@ void Executor::attention_decode(const kernels::AttentionArgs& args, int32_t t0, 
   });
   for (int32_t i = 0; i < nt; ++i) {
     if (splits[i] == 1) continue;
-    float* out = args.out + (int64_t)(t0 + i) * args.out_stride;
+    float* out = row[i].out;
     for (int h = 0; h < sh.n_head; ++h) {
       kernels::attention_combine(part_at(i, 0) + (int64_t)h * d, per_split, lse_at(i, 0) + h,
                                  sh.n_head, splits[i], d, out + (int64_t)h * d);
     }
   }
+}
+
+void Executor::attention_batch(const Node& n, int32_t m) {
+  kernels::AttentionArgs args = attention_args(n, m);
+  args.n_q = 1;
+  const float* q = args.q;
+  float* out = args.out;
+  const float* k_new = args.k_new;
+  const float* v_new = args.v_new;
+  // The run of each row, found once per layer.
+  int run_of[kAttnPartTokens];
+  for (int32_t t0 = 0; t0 < m; t0 += kAttnPartTokens) {
+    const int32_t nt = std::min<int32_t>(kAttnPartTokens, m - t0);
+    for (int32_t i = 0, r = 0; i < nt; ++i) {
+      while (t0 + i >= batch_runs_[r].row0 + batch_runs_[r].n) ++r;
+      run_of[i] = r;
+    }
+    attention_rows(nt, [&](int32_t i) {
+      const int32_t t = t0 + i;
+      const BatchRun& br = batch_runs_[run_of[i]];
+      const int32_t j = t - br.row0;  // the row's place in its sequence's block
+      kernels::AttentionArgs la = args;
+      la.pos0 = br.pos0 + j;
+      la.n_new_before = j;
+      la.q = q + (int64_t)t * args.q_stride;
+      la.out = out + (int64_t)t * args.out_stride;
+      la.k = br.kv->k(n.layer);
+      la.v = br.kv->v(n.layer);
+      la.k_new = k_new + (int64_t)br.row0 * args.new_stride;
+      la.v_new = v_new + (int64_t)br.row0 * args.new_stride;
+      return la;
+    });
+  }
+}
+
+std::unique_ptr<KvCache> Executor::make_sequence_cache() const {
+  if (!kv_) throw Error(LILIMS_ERR_INTERNAL, "[executor] an encoder graph has no KV cache");
+  KvCacheConfig cfg = plan_.kv;
+  cfg.commit = KvCommit::sync;
+  cfg.n_batch = 1;  // its staging is unused: forward_batch stages in this executor's cache
+  return std::make_unique<KvCache>(cfg);
+}
+
+void Executor::forward_batch(const int32_t* tokens, const BatchRun* runs, int n_runs, float* logits) {
+  if (!kv_) throw Error(LILIMS_ERR_INTERNAL, "[executor] forward_batch() on an encoder graph");
+  int32_t m = 0;
+  for (int r = 0; r < n_runs; ++r) {
+    const BatchRun& br = runs[r];
+    if (!br.kv || br.row0 != m || br.n <= 0) {
+      throw Error(LILIMS_ERR_INTERNAL, "[executor] forward_batch: runs must cover the rows in order");
+    }
+    if (br.pos0 < 0 || (int64_t)br.pos0 + br.n > n_ctx()) {
+      throw Error(LILIMS_ERR_CONTEXT_FULL, "[executor] positions " + std::to_string(br.pos0) + ".." +
+                                               std::to_string(br.pos0 + br.n - 1) +
+                                               " do not fit a context of " + std::to_string(n_ctx()));
+    }
+    m += br.n;
+  }
+  if (m == 0) return;
+  if (m > plan_.opt.n_batch) {
+    throw Error(LILIMS_ERR_INTERNAL, "[executor] forward_batch: " + std::to_string(m) +
+                                         " rows exceed the block of " + std::to_string(plan_.opt.n_batch));
+  }
+  row_pos_.resize((size_t)plan_.opt.n_batch);
+  for (int r = 0; r < n_runs; ++r) {
+    for (int32_t j = 0; j < runs[r].n; ++j) row_pos_[(size_t)(runs[r].row0 + j)] = runs[r].pos0 + j;
+  }
+  struct Reset {
+    Executor& e;
+    ~Reset() {
+      e.batch_runs_ = nullptr;
+      e.batch_n_runs_ = 0;
+    }
+  } reset{*this};
+  batch_runs_ = runs;
+  batch_n_runs_ = n_runs;
+  embd_block_ = nullptr;
+  block(tokens, m, 0, logits, false);
 }
 
 }  // namespace lilims::graph

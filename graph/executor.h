@@ -43,6 +43,13 @@ struct LoraTerm {
 
 constexpr int64_t kLoraPiece = 64;
 
+// Rows [row0, row0 + n) of a batched forward: one sequence's tokens at its
+// positions pos0.., attending over its own cache (which holds [0, pos0)).
+struct BatchRun {
+  KvCache* kv = nullptr;
+  int32_t row0 = 0, n = 0, pos0 = 0;
+};
+
 class Executor {
  public:
   // Plans g for opt (throws lilims::Error for options it refuses, or
@@ -74,6 +81,20 @@ class Executor {
   // For verifying drafted tokens (speculative decoding).
   void forward_as_decode(const int32_t* tokens, int32_t n, int32_t pos0, float* logits,
                          bool all_logits);
+
+  // Many sequences in one block: runs[0..n_runs) cover rows [0, m) in
+  // order (m = the sum of their n, at most n_batch), each its own sequence
+  // with its own cache (make_sequence_cache).  Every matmul runs once over
+  // all m rows; attention, RoPE and the KV commit go per run.  logits
+  // receives each run's last row's (n_runs * n_vocab floats), bit-identical
+  // to what forward_as_decode gives that sequence alone: matmul rows do not
+  // interact, and attention takes each row as a one-token decode.  The
+  // executor's own cache only stages the rows (its committed rows are left
+  // alone).  Throws LILIMS_ERR_CONTEXT_FULL for a run past n_ctx.
+  void forward_batch(const int32_t* tokens, const BatchRun* runs, int n_runs, float* logits);
+  // A cache for one sequence of forward_batch: this executor's layout,
+  // committed on the calling thread.
+  std::unique_ptr<KvCache> make_sequence_cache() const;
 
   // The adapters' terms for each lora slot of the graph (terms[slot], slot
   // indexing Graph::lora_targets(); fewer entries than slots: none for the
@@ -127,7 +148,16 @@ class Executor {
   void run_rows(const RowRun& run, size_t begin, int32_t rows);
   void row_op(const Node& n, int32_t t0, int32_t t1);
   void attention(const Node& n, int32_t m, int32_t pos0);
+  // An attention node's arguments but for the queries' count and positions
+  // (the block's staged rows rounded first).
+  kernels::AttentionArgs attention_args(const Node& n, int32_t m);
   void attention_decode(const kernels::AttentionArgs& args, int32_t t0, int32_t nt);
+  // attention_decode's tasks for nt query rows, row i's arguments from
+  // row_args(i) (n_q 1, its own pos0, cache, staged rows and output).
+  template <class RowArgs>
+  void attention_rows(int32_t nt, const RowArgs& row_args);
+  // forward_batch's attention: every run's rows as one-token decodes.
+  void attention_batch(const Node& n, int32_t m);
   void self_attention(const Node& n, int32_t rows);
   void round_staged(int layer, int32_t m);
   // The lora nodes [first, lora_group_end_[first]), which read one input.
@@ -158,6 +188,10 @@ class Executor {
   int embed_out_ = -1;  // the embed node's output tensor
   const quant::TypeTraits* q8_0_traits_ = nullptr;
   bool attention_per_token_ = false;  // set for the life of forward_as_decode
+  // Set for the life of forward_batch: its runs, and each row's position.
+  const BatchRun* batch_runs_ = nullptr;
+  int batch_n_runs_ = 0;
+  std::vector<int32_t> row_pos_;  // (n_batch)
   MatmulObserver observer_;
   std::vector<RowRun> row_runs_;  // per node; only a run's first node is looked at
   int act_ready_ = -1;  // the matmul node whose quantized activations are in act_

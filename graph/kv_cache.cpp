@@ -91,25 +91,41 @@ size_t KvCache::stage_offset(int layer, int kv) const {
 
 void KvCache::run(const Job& j) {
   if (hook_.fn) hook_.fn(hook_.user, j.chunk);
+  convert(j.chunk, *this, 0, j.pos0, j.n);
+}
+
+void KvCache::convert(int c, const KvCache& src, int32_t row0, int32_t pos0, int32_t n) {
   const kernels::OpsTable& ops = *cfg_.ops;
   const int64_t d = cfg_.kv_dim, hd = d / cfg_.n_heads;
   const size_t hb = storage_->head_bytes();
-  for (int l = cfg_.chunk_begin[(size_t)j.chunk]; l < cfg_.chunk_begin[(size_t)j.chunk + 1]; ++l) {
+  for (int l = cfg_.chunk_begin[(size_t)c]; l < cfg_.chunk_begin[(size_t)c + 1]; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
-      const float* rows = staging_.get() + stage_offset(l, kv);
+      const float* rows = src.staging_.get() + src.stage_offset(l, kv) + (int64_t)row0 * d;
       for (int h = 0; h < cfg_.n_heads; ++h) {
-        const float* src = rows + h * hd;
-        uint8_t* dst = head_row(l, kv, h, j.pos0);
-        for (int32_t t = 0; t < j.n; ++t, src += d, dst += hb) {
+        const float* from = rows + h * hd;
+        uint8_t* dst = head_row(l, kv, h, pos0);
+        for (int32_t t = 0; t < n; ++t, from += d, dst += hb) {
           switch (cfg_.type) {
-            case quant::Type::F16: ops.fp32_to_fp16(src, reinterpret_cast<uint16_t*>(dst), hd); break;
-            case quant::Type::Q8_0: ops.quantize_row_q8_0(src, dst, hd); break;
-            default: std::memcpy(dst, src, (size_t)hd * sizeof(float)); break;
+            case quant::Type::F16: ops.fp32_to_fp16(from, reinterpret_cast<uint16_t*>(dst), hd); break;
+            case quant::Type::Q8_0: ops.quantize_row_q8_0(from, dst, hd); break;
+            default: std::memcpy(dst, from, (size_t)hd * sizeof(float)); break;
           }
         }
       }
     }
   }
+}
+
+void KvCache::commit_from(int c, const KvCache& staged, int32_t row0, int32_t pos0, int32_t n) {
+  if (n <= 0) return;
+  if (staged.cfg_.kv_dim != cfg_.kv_dim || staged.cfg_.chunk_begin != cfg_.chunk_begin ||
+      staged.cfg_.type != cfg_.type || row0 < 0 || row0 + n > staged.cfg_.n_batch) {
+    throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] commit_from: another layout or rows out of range");
+  }
+  sync();
+  check_rows(cfg_.chunk_begin[(size_t)c], pos0, n);
+  storage_->mark_used(pos0 + n);
+  convert(c, staged, row0, pos0, n);
 }
 
 void KvCache::wait(uint64_t ticket) {

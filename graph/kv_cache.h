@@ -86,6 +86,11 @@ class KvCache {
   void before_chunk(int c);
   // Commits staged rows [0, n) of chunk c's layers to positions pos0.. .
   void commit(int c, int32_t pos0, int32_t n);
+  // Commits rows [row0, row0 + n) of another cache's staging (the same
+  // configuration; its chunk c was just computed) to this cache's positions
+  // pos0.., on the calling thread: a batch of sequences stages every
+  // sequence's rows in one cache and commits each to its own (graph::BatchRun).
+  void commit_from(int c, const KvCache& staged, int32_t row0, int32_t pos0, int32_t n);
   // Waits for every commit issued so far.
   void sync();
   // Positions [0, n) will be written (sync() first when reading the cache elsewhere).
@@ -117,6 +122,9 @@ class KvCache {
   // Throws unless positions [pos0, pos0 + n) of the layer exist.
   void check_rows(int layer, int32_t pos0, int32_t n) const;
   void run(const Job& j);
+  // Converts staged rows [row0, row0 + n) of `src` (chunk c's layers) into
+  // positions pos0.. of this cache.
+  void convert(int c, const KvCache& src, int32_t row0, int32_t pos0, int32_t n);
   void wait(uint64_t ticket);
   void helper();
 

@@ -81,7 +81,8 @@ Path choose() {
 #if defined(LILIMS_HAVE_NEON)
   if (f.neon) best.isa = Isa::neon;
 #endif
-  if (const char* forced = std::getenv("LILIMS_ISA")) {
+  const char* forced = std::getenv("LILIMS_ISA");
+  if (forced && *forced) {  // set and not empty
     if (std::strcmp(forced, "avx2") == 0 && best.isa == Isa::avx2) return {Isa::avx2, false};
     if (std::strcmp(forced, "avx512vnni") == 0 && best.vnni) return best;
     if (std::strcmp(forced, "neon") == 0 && best.isa == Isa::neon) return best;

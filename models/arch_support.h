@@ -16,6 +16,8 @@
 #include "models/builders.h"
 #include "models/model.h"
 #include "quant/dequant_ref.h"
+#include "quant/prelaid.h"
+#include "quant/repack.h"
 #include "quant/quantize.h"
 
 namespace lilims::models {
@@ -105,7 +107,11 @@ class Reader {
                                      std::to_string(cols) + " x " + std::to_string(rows) + "]");
     }
     Weight w = weight_of(t, name, rows, cols);
-    if (!quant::type_traits(t.type) || !kernels::kept_at_load(w.type)) requantize(t, w);
+    if (quant::prelaid_type(t.type, &w.prelaid)) {
+      w.type = w.prelaid.type;
+    } else if (!quant::type_traits(t.type) || !kernels::kept_at_load(w.type)) {
+      requantize(t, w);
+    }
     return w;
   }
 
@@ -113,8 +119,14 @@ class Reader {
   // copy: its file pages need not stay resident beside it, and go slice by
   // slice, so the load never holds both.
   void pack(Weight& w, bool repack = true) {
+    if (w.prelaid.layout != kernels::kLayoutGguf) {
+      pack_prelaid(w);
+      take(f_.require_tensor(w.name));
+      return;
+    }
     w.packed = kernels::pack_weight(w.type, w.data, w.rows, w.cols, repack && repack_, drop_for(w),
                                     threads_, &arena_);
+    if (!w.packed.storage.empty()) w.copy_reason = repack_reason(w, w.packed.layout);
     if (w.requantized && !w.packed.storage.empty()) {
       w.requantized.reset();  // the kernels read the repacked copy
       w.data = nullptr;
@@ -141,6 +153,7 @@ class Reader {
       same = same && w->type == parts[0]->type && w->cols == parts[0]->cols &&
              w->bias.empty() == parts[0]->bias.empty();
     }
+    if (parts[0]->prelaid.layout != kernels::kLayoutGguf) return stack_prelaid(parts, into, same);
     if (!same || !kernels::can_stack(parts[0]->type, wp, repack_)) {
       for (Weight* w : parts) pack(*w);
       return false;
@@ -149,20 +162,10 @@ class Reader {
     s.type = parts[0]->type;
     s.cols = parts[0]->cols;
     s.file_type = parts[0]->file_type;
-    for (const Weight* w : parts) {
-      s.name += (s.name.empty() ? "" : "+") + w->name;
-      s.parts.push_back(w->name);
-      s.part_rows.push_back(w->rows);
-      s.rows += w->rows;
-      s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
-      if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;
-    }
+    for (const Weight* w : parts) s.rows += w->rows;
     s.packed = kernels::pack_stacked(s.type, wp, s.cols, threads_, &arena_);
-    for (Weight* w : parts) {
-      take(f_.require_tensor(w->name));
-      *w = Weight{};  // releases a re-quantized copy: the stack holds its rows
-    }
-    into = std::move(s);
+    s.copy_reason = repack_reason(*parts[0], s.packed.layout);
+    finish_stack(parts, s, into);
     return true;
   }
 
@@ -236,11 +239,126 @@ class Reader {
                           quant::QuantMethod::plain);
     }
     f_.drop_pages(t.data, t.n_bytes);
+    w.copy_reason = std::string("re-quantized from ") + src->name + " to " + quant::traits(to).name +
+                    " (no kernel reads " + src->name + ")";
     w.type = to;
     w.data = bytes->data();
     w.requantized = std::move(bytes);
     // A tied output reads the embedding again: one tensor, counted once.
     if (!taken_.count(t.name)) ++requantized_[std::string(src->name) + " -> " + quant::traits(to).name];
+  }
+
+  // Why a plain weight was repacked (Weight::copy_reason).
+  static std::string repack_reason(const Weight& w, int layout) {
+    const std::string into = std::to_string(quant::layout_group_rows(layout)) + "-row groups";
+    return w.requantized ? w.copy_reason + ", then repacked into " + into
+                         : "repacked into " + into + " for this CPU's kernels (`lilims quantize --layout native` "
+                           "lays the file out once)";
+  }
+
+  // Why a pre-laid weight cannot be read in place here ("" when it can).
+  std::string prelaid_copy_reason(const Weight& w) const {
+    const quant::PrelaidType& p = w.prelaid;
+    const std::string laid = quant::prelaid_type_name(quant::prelaid_type_id(p));
+    if (!repack_) return "laid out (" + laid + ") but the load asks for GGUF rows (repacking off)";
+    if (p.q4_0_xor != quant::native_prelaid(p.type, p.layout).q4_0_xor) {
+      return std::string("laid out for ") + (p.q4_0_xor ? "aarch64" : "x86") + " (" + laid + "), this build is " +
+             (p.q4_0_xor ? "x86" : "aarch64");
+    }
+    const kernels::Isa isa = kernels::active_isa();
+    if (isa == kernels::Isa::ref) return "";  // the reference kernels read every layout
+    for (const kernels::MatmulKernel& k : kernels::matmul_kernels()) {
+      // (LILIMS_ISA=avx2 keeps an AVX-512 VNNI CPU off its VNNI kernels)
+      const bool usable = kernels::feature_available(k.needs) &&
+                          (k.needs != kernels::Feature::avx512vnni || kernels::vnni_enabled());
+      if (k.wtype == p.type && k.layout == p.layout && k.isa == isa && usable) {
+        return "";
+      }
+    }
+    return "laid out in " + std::to_string(quant::layout_group_rows(p.layout)) + "-row groups (" + laid +
+           "), which no kernel of this CPU reads";
+  }
+
+  // A pre-laid weight: read in place from the file when this CPU's kernels
+  // read its layout, else turned back into GGUF rows and packed as a plain
+  // weight would be (a copy, counted with its reason).
+  void pack_prelaid(Weight& w) {
+    const std::string why = prelaid_copy_reason(w);
+    if (why.empty()) {
+      w.packed = kernels::PackedWeight{w.type, w.rows, w.cols, w.data, w.prelaid.layout, {}};
+      return;
+    }
+    const size_t rb = quant::row_bytes(w.type, w.cols);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(rb * (size_t)w.rows);
+    const quant::TypeTraits& tt = quant::traits(w.type);
+    const bool flip = w.prelaid.q4_0_xor != quant::native_prelaid(w.type, w.prelaid.layout).q4_0_xor;
+    for (int64_t r = 0; r < w.rows; ++r) {
+      for (int64_t b = 0; b < w.cols / tt.block_size; ++b) {
+        uint8_t* blk = bytes->data() + (size_t)r * rb + (size_t)b * tt.block_bytes;
+        quant::block_from_packed(w.type, w.prelaid.layout, w.data, w.cols, r, b, blk);
+        if (flip) {  // block_from_packed undid this build's XOR; the file holds the other
+          for (size_t k = tt.scale_bytes; k < tt.block_bytes; ++k) blk[k] ^= 0x88;
+        }
+      }
+    }
+    f_.drop_pages(w.data, quant::prelaid_bytes(w.prelaid, w.rows, w.cols));
+    w.packed = kernels::pack_weight(w.type, bytes->data(), w.rows, w.cols, repack_, {}, threads_, &arena_);
+    w.copy_reason = why;
+    if (w.packed.storage.empty()) {
+      w.data = bytes->data();
+      w.requantized = std::move(bytes);
+    } else {
+      w.data = nullptr;
+    }
+    w.prelaid = {};
+  }
+
+  // Pre-laid parts of one type and layout, each in place, whole row groups
+  // but the last, that follow each other in the file without a gap: one
+  // weight over their bytes (what pack_stacked would have built).  Otherwise
+  // each part on its own, still in place where it can be.
+  bool stack_prelaid(const std::vector<Weight*>& parts, Weight& into, bool same) {
+    const Weight& p0 = *parts[0];
+    const int64_t g = quant::layout_group_rows(p0.prelaid.layout);
+    bool ok = same && prelaid_copy_reason(p0).empty();
+    for (size_t i = 0; ok && i < parts.size(); ++i) {
+      const Weight& w = *parts[i];
+      ok = w.prelaid.layout == p0.prelaid.layout && w.prelaid.q4_0_xor == p0.prelaid.q4_0_xor;
+      if (ok && i + 1 < parts.size()) {
+        ok = w.rows % g == 0 && static_cast<const uint8_t*>(w.data) + quant::prelaid_bytes(w.prelaid, w.rows, w.cols) ==
+                                    parts[i + 1]->data;
+      }
+    }
+    if (!ok) {
+      for (Weight* w : parts) pack(*w);
+      return false;
+    }
+    Weight s;
+    s.type = p0.type;
+    s.cols = p0.cols;
+    s.file_type = p0.file_type;
+    s.prelaid = p0.prelaid;
+    for (const Weight* w : parts) s.rows += w->rows;
+    s.packed = kernels::PackedWeight{s.type, s.rows, s.cols, p0.data, p0.prelaid.layout, {}};
+    s.data = p0.data;
+    finish_stack(parts, s, into);
+    return true;
+  }
+
+  // Names, rows and biases of the parts into the stack s; the parts are taken and cleared.
+  void finish_stack(const std::vector<Weight*>& parts, Weight& s, Weight& into) {
+    for (const Weight* w : parts) {
+      s.name += (s.name.empty() ? "" : "+") + w->name;
+      s.parts.push_back(w->name);
+      s.part_rows.push_back(w->rows);
+      s.bias.insert(s.bias.end(), w->bias.begin(), w->bias.end());
+      if (w->file_type != s.file_type) s.file_type = (uint32_t)s.type;
+    }
+    for (Weight* w : parts) {
+      take(f_.require_tensor(w->name));
+      *w = Weight{};  // releases a re-quantized copy: the stack holds its rows
+    }
+    into = std::move(s);
   }
 
   // A file-backed weight's pages go once copied; a re-quantized one's bytes

@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "quant/dequant_ref.h"
+#include "quant/prelaid.h"
 #include "quant/quant.h"
 
 namespace lilims::gguf {
@@ -387,6 +388,7 @@ void File::parse() {
         std::to_string(kMaxTensors) + " tensors");
   }
   tensors_.reserve(static_cast<size_t>(n_tensors));
+  size_t n_prelaid = 0;
   for (uint64_t k = 0; k < n_tensors; ++k) {
     const uint64_t at = c.pos();
     TensorInfo ti;
@@ -409,13 +411,28 @@ void File::parse() {
     }
     ti.n_elements = n_el;
     ti.type = c.read<uint32_t>("tensor type");
-    if (ti.type >= kGgmlTypeCount) {
+    quant::PrelaidType pl;
+    const bool prelaid = quant::prelaid_type(ti.type, &pl);
+    if (ti.type >= kGgmlTypeCount && !prelaid) {
       bad("tensor " + ti.name + " has type id " + std::to_string(ti.type) +
-          ", which is not a GGML type");
+          (ti.type >= quant::kPrelaidTypeBase && ti.type < quant::kPrelaidTypeBase + 256
+               ? ", which is not a GGML type nor a lilims layout this version reads"
+               : ", which is not a GGML type"));
     }
     ti.offset = c.read<uint64_t>("tensor offset");
     quant::ReadableType rt;
-    if (quant::readable_type(ti.type, &rt)) {
+    if (prelaid) {
+      // 2-D, whole blocks per row; rows and columns small enough that the
+      // padded byte count cannot overflow.
+      if (n_dims != 2 || ti.ne[0] % quant::kBlock != 0 || ti.ne[0] == 0 || ti.ne[1] == 0 ||
+          ti.ne[0] > (1ull << 32) || ti.ne[1] > (1ull << 32)) {
+        bad("tensor " + ti.name + " (" + quant::prelaid_type_name(ti.type) +
+            ", laid out for lilims' kernels) must be 2-D with rows of whole " +
+            std::to_string(quant::kBlock) + "-element blocks");
+      }
+      ti.n_bytes = quant::prelaid_bytes(pl, (int64_t)ti.ne[1], (int64_t)ti.ne[0]);
+      ++n_prelaid;
+    } else if (quant::readable_type(ti.type, &rt)) {
       const uint64_t bs = static_cast<uint64_t>(rt.block_size);
       if (ti.ne[0] % bs != 0) {
         bad("tensor " + ti.name + ": row length " + std::to_string(ti.ne[0]) +
@@ -454,7 +471,26 @@ void File::parse() {
           std::to_string(ti.n_bytes) + ") runs past the end of the data section (" +
           std::to_string(data_size) + " bytes)");
     }
-    if (quant::readable_type(ti.type, nullptr)) ti.data = base_ + data_start + ti.offset;
+    const bool prelaid = quant::prelaid_type(ti.type, nullptr);
+    if (prelaid && ti.offset % quant::kPrelaidAlignment != 0) {
+      bad("tensor " + ti.name + " (" + quant::prelaid_type_name(ti.type) + ") has offset " +
+          std::to_string(ti.offset) + ", not a multiple of " + std::to_string(quant::kPrelaidAlignment) +
+          " as lilims' layouts need");
+    }
+    if (prelaid || quant::readable_type(ti.type, nullptr)) ti.data = base_ + data_start + ti.offset;
+  }
+  // A file with pre-laid tensors says which layout version wrote them.
+  if (n_prelaid > 0) {
+    const Value* v = find(quant::kLayoutVersionKey);
+    if (!v || !v->is_integer() || v->type == ValueType::BOOL) {
+      bad(std::to_string(n_prelaid) + " tensors are laid out for lilims' kernels but the file has no integer " +
+          quant::kLayoutVersionKey);
+    }
+    if (v->u != quant::kLayoutVersion) {
+      bad(std::string("the tensors are laid out in lilims layout version ") + std::to_string(v->u) +
+          "; this lilims reads version " + std::to_string(quant::kLayoutVersion) +
+          " (lay the model out again with `lilims quantize --layout`)");
+    }
   }
 }
 
@@ -536,6 +572,11 @@ bool File::get_bool_or(const std::string& key, bool fallback) const {
 
 namespace {
 [[noreturn]] void unsupported_type(const TensorInfo& t) {
+  if (quant::prelaid_type(t.type, nullptr)) {
+    throw Error(LILIMS_ERR_UNSUPPORTED, "[gguf] tensor " + t.name + " is laid out for lilims' kernels (" +
+                                            quant::prelaid_type_name(t.type) +
+                                            "); this reads plain GGUF tensors only (start from the file it was laid out from)");
+  }
   throw Error(LILIMS_ERR_UNSUPPORTED, "[gguf] tensor " + t.name + " has type " +
                                           quant::ggml_type_name(t.type) +
                                           ", which lilims does not support yet");
@@ -545,7 +586,9 @@ namespace {
 const TensorInfo& File::require_tensor(const std::string& name) const {
   const TensorInfo* t = find_tensor(name);
   if (!t) throw Error(LILIMS_ERR_MISSING, "[gguf] missing required tensor " + name);
-  if (!quant::readable_type(t->type, nullptr)) unsupported_type(*t);
+  if (!quant::readable_type(t->type, nullptr) && !quant::prelaid_type(t->type, nullptr)) {
+    unsupported_type(*t);
+  }
   return *t;
 }
 
@@ -649,9 +692,20 @@ void Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& ne
     if (t.name == name) invalid("added twice");
   }
   if (ne.empty() || ne.size() > kMaxDims) invalid("needs 1 to 4 dimensions");
-  if (type >= kGgmlTypeCount) invalid("type id " + std::to_string(type) + " is not a GGML type");
+  quant::PrelaidType pl;
+  const bool prelaid = quant::prelaid_type(type, &pl);
+  if (type >= kGgmlTypeCount && !prelaid) invalid("type id " + std::to_string(type) + " is not a GGML type");
   quant::ReadableType tr;
-  if (quant::readable_type(type, &tr)) {
+  if (prelaid) {
+    if (ne.size() != 2 || ne[0] % quant::kBlock != 0 || ne[0] == 0 || ne[1] == 0 ||
+        ne[0] > (1ull << 32) || ne[1] > (1ull << 32)) {
+      invalid("a pre-laid tensor must be 2-D with rows of whole blocks");
+    }
+    const uint64_t expect = quant::prelaid_bytes(pl, (int64_t)ne[1], (int64_t)ne[0]);
+    if (expect != n_bytes) {
+      invalid(std::to_string(n_bytes) + " bytes given, " + std::to_string(expect) + " expected");
+    }
+  } else if (quant::readable_type(type, &tr)) {
     uint64_t n = 1;
     for (uint64_t d : ne) {
       if (__builtin_mul_overflow(n, d, &n)) invalid("element count overflows");

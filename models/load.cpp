@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -12,6 +13,7 @@
 #include "models/model.h"
 #include "quant/dequant_ref.h"
 #include "quant/quantize.h"
+#include "quant/repack.h"
 
 namespace lilims::models {
 namespace {
@@ -111,17 +113,28 @@ const kernels::PackedWeight& embedding_table(const Model& m) {
 }
 
 void dequantize_row(const Weight& w, int64_t row, float* out) {
-  const size_t rb = quant::row_bytes(w.type, w.cols);
-  quant::type_traits((uint32_t)w.type)->to_float(
-      static_cast<const uint8_t*>(w.data) + (size_t)row * rb, out, w.cols);
+  quant::row_to_float(w.packed.type, w.packed.layout, w.packed.data, w.cols, row, out);
+}
+
+std::string describe_copies(const Model& m) {
+  std::vector<std::pair<uint64_t, std::string>> by_size;
+  for (const auto& [why, n] : m.copied) by_size.emplace_back(n, why);
+  std::sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  for (const auto& [n, why] : by_size) {
+    char size[32];
+    std::snprintf(size, sizeof size, "%.1f MiB: ", (double)n / (1 << 20));
+    out += (out.empty() ? "" : "; ") + std::string(size) + why;
+  }
+  return out;
 }
 
 uint64_t Model::mapped_weight_bytes() const {
   uint64_t n = 0;
   auto count = [&](const Weight& w) {
-    if (w.present() && w.packed.storage.empty() && !w.requantized) {
-      n += quant::row_bytes(w.type, w.cols) * w.rows;
-    }
+    if (!w.present() || !w.packed.storage.empty() || w.requantized) return;
+    n += w.prelaid.layout != kernels::kLayoutGguf ? quant::prelaid_bytes(w.prelaid, w.rows, w.cols)
+                                                  : quant::row_bytes(w.type, w.cols) * w.rows;
   };
   count(output);
   for (const Layer& L : layers) {
@@ -161,6 +174,8 @@ std::unique_ptr<Model> load_model(std::unique_ptr<gguf::File> file, const LoadOp
   auto count = [&](const Weight& w) {
     m->repacked_bytes += w.packed.storage.size();
     if (w.requantized) m->requantized_bytes += w.requantized->size();
+    const uint64_t copy = w.packed.storage.size() + (w.requantized ? w.requantized->size() : 0);
+    if (copy > 0) m->copied[w.copy_reason] += copy;
   };
   count(m->tok_embd);
   count(m->output);

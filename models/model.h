@@ -11,12 +11,14 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/matmul.h"
 #include "models/gguf.h"
+#include "quant/prelaid.h"
 #include "quant/quant.h"
 
 namespace lilims::models {
@@ -71,6 +73,12 @@ struct Weight {
   // quant/dequant_ref.h) is re-quantized at load to `type`; this holds those
   // bytes while the kernels read them (released once repacked, data then null).
   std::shared_ptr<const std::vector<uint8_t>> requantized;
+  // A tensor the file holds already in a kernel layout (quant/prelaid.h):
+  // `data` then points at those bytes and `type` is their block format;
+  // layout kLayoutGguf for a plain tensor.
+  quant::PrelaidType prelaid;
+  // Why `packed.storage` or `requantized` holds a copy of the weight ("" when neither).
+  std::string copy_reason;
   uint32_t file_type = 0;       // the GGML type the file stores it in
   std::vector<float> bias;      // (rows) or empty
   // A weight fused at load from several file tensors: their names, in the
@@ -137,6 +145,11 @@ struct Model {
   size_t n_requantized = 0;       // tensors re-quantized at load
   double repack_seconds = 0.0;
   size_t n_fused = 0;             // weights stacked at load from several tensors
+  // The weight bytes the load copied into memory of its own (repacked,
+  // re-quantized, or laid out again), by Weight::copy_reason: together
+  // repacked_bytes + requantized_bytes.  Empty when every weight is read
+  // from the file.
+  std::map<std::string, uint64_t> copied;
   std::unique_ptr<gguf::File> file;  // owns the mapping every Weight points into
 
   // Weight bytes the kernels read from the file mapping (neither repacked
@@ -176,6 +189,10 @@ int load_threads(const LoadOptions& opt);
 // load the file's pages of token_embd are never touched again and only one
 // copy of the table is resident; tok_embd's bytes otherwise.
 const kernels::PackedWeight& embedding_table(const Model& m);
+
+// Model::copied in words, largest first: "15.8 MiB: repacked into ...; 2.1
+// MiB: ..." ("" when nothing was copied).
+std::string describe_copies(const Model& m);
 
 // Dequantizes row `row` of a weight (e.g. one token's embedding) into out (cols floats).
 void dequantize_row(const Weight& w, int64_t row, float* out);

@@ -319,37 +319,56 @@ lilims_status lilims_model_open_fd(int fd, uint64_t offset, uint64_t size,
 
 void lilims_model_free(lilims_model* model) { delete model; }
 
+namespace {
+static lilims_status fill_model_info(const lilims_model& model, lilims_model_info* info);
+}  // namespace
+
 lilims_status lilims_model_get_info(const lilims_model* model, lilims_model_info* info) {
   if (!model) return null_arg("model_get_info", "model");
   if (!info) return null_arg("model_get_info", "out_info");
   return guarded([&] {
     const size_t size = info->struct_size;
-    if (size < sizeof(lilims_model_info)) {
+    if (size < offsetof(lilims_model_info, weight_bytes_mapped)) {
       return set_error(LILIMS_ERR_INVALID_ARGUMENT,
                        "[model_get_info] info.struct_size must be sizeof(lilims_model_info)");
     }
-    std::memset(info, 0, sizeof *info);
+    lilims_model_info full;
+    const lilims_status st = fill_model_info(*model, &full);
+    std::memcpy(info, &full, std::min(size, sizeof full));
     info->struct_size = size;
-    const Model& m = *model->impl;
-    const auto& hp = m.hparams();
-    copy_str(info->architecture, sizeof info->architecture, lilims::models::arch_name(hp.arch));
-    copy_str(info->name, sizeof info->name, m.name());
-    info->n_vocab = hp.n_vocab;
-    info->n_ctx_train = hp.n_ctx_train;
-    info->n_embd = hp.n_embd;
-    info->n_layer = hp.n_layer;
-    info->n_head = hp.n_head;
-    info->n_head_kv = hp.n_head_kv;
-    info->n_ff = hp.n_ff;
-    info->n_params = m.weights().n_params;
-    info->file_bytes = model->file_bytes;
-    info->bos_token = m.tokenizer().bos();
-    info->eos_token = m.tokenizer().eos();
-    info->add_bos = m.tokenizer().add_bos() ? 1 : 0;
-    info->has_chat_template = m.chat_template().empty() ? 0 : 1;
-    return LILIMS_OK;
+    return st;
   });
 }
+
+namespace {
+
+static lilims_status fill_model_info(const lilims_model& model, lilims_model_info* info) {
+  std::memset(info, 0, sizeof *info);
+  const Model& m = *model.impl;
+  const auto& hp = m.hparams();
+  copy_str(info->architecture, sizeof info->architecture, lilims::models::arch_name(hp.arch));
+  copy_str(info->name, sizeof info->name, m.name());
+  info->n_vocab = hp.n_vocab;
+  info->n_ctx_train = hp.n_ctx_train;
+  info->n_embd = hp.n_embd;
+  info->n_layer = hp.n_layer;
+  info->n_head = hp.n_head;
+  info->n_head_kv = hp.n_head_kv;
+  info->n_ff = hp.n_ff;
+  info->n_params = m.weights().n_params;
+  info->file_bytes = model.file_bytes;
+  info->bos_token = m.tokenizer().bos();
+  info->eos_token = m.tokenizer().eos();
+  info->add_bos = m.tokenizer().add_bos() ? 1 : 0;
+  info->has_chat_template = m.chat_template().empty() ? 0 : 1;
+  const lilims::models::Model& w = m.weights();
+  info->weight_bytes_mapped = w.mapped_weight_bytes();
+  info->weight_bytes_copied = w.repacked_bytes + w.requantized_bytes;
+  copy_str(info->weight_copy_reason, sizeof info->weight_copy_reason, lilims::models::describe_copies(w));
+  return LILIMS_OK;
+}
+
+}  // namespace
 
 lilims_status lilims_tokenize(const lilims_model* model, const char* text, size_t text_len,
                               int32_t add_bos, int32_t parse_special, lilims_token* out_tokens,

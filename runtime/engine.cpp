@@ -6,19 +6,12 @@
 
 #include "base/error.h"
 #include "base/memory_info.h"
-#include "runtime/json_constraint.h"
-#include "runtime/lazy_constraint.h"
-#include "runtime/speculative.h"
-#include "runtime/stop_strings.h"
+#include "runtime/generation.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/unicode.h"
 
 namespace lilims::runtime {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 graph::PlanOptions plan_options(const Model& model, const SessionOptions& opt) {
   graph::PlanOptions po;
@@ -311,7 +304,7 @@ GenerateResult Session::generate_reusing_prefix(const std::vector<int32_t>& full
   }
   // At least one token must run to give logits to sample from.
   if (common == full_prompt.size() && common > 0) --common;
-  GenerateResult r = generate_impl(
+  GenerateResult r = generate_after(
       common, std::vector<int32_t>(full_prompt.begin() + (ptrdiff_t)common, full_prompt.end()),
       opt);
   r.n_prompt_tokens = (int32_t)full_prompt.size();
@@ -451,394 +444,72 @@ void Session::eval_block_impl(const std::vector<int32_t>& tokens, std::vector<fl
 GenerateResult Session::generate(const std::string& prompt, const GenerateOptions& opt) {
   Call call(*this);
   const bool bos = opt.add_bos && tokens_.empty();
-  return generate_impl(tokens_.size(), model_.tokenizer().encode(prompt, bos, opt.parse_special),
+  return generate_after(tokens_.size(), model_.tokenizer().encode(prompt, bos, opt.parse_special),
                        opt);
 }
 
 GenerateResult Session::generate_tokens(const std::vector<int32_t>& prompt,
                                         const GenerateOptions& opt) {
   Call call(*this);
-  return generate_impl(tokens_.size(), prompt, opt);
+  return generate_after(tokens_.size(), prompt, opt);
 }
 
-namespace {
 
-// A token JSON output may use: one with bytes that never ends generation.
-bool json_usable(const tok::Tokenizer& tk, const std::vector<std::string>& pieces, int32_t id) {
-  return id < (int32_t)pieces.size() && !pieces[(size_t)id].empty() && !tk.is_eog(id) &&
-         id != tk.bos();
-}
-
-// Whether `id` keeps the output `json` valid and closable in the `left - 1`
-// tokens that remain after it.
-bool json_accepts(const Model& model, const JsonPrefix& json, int64_t left, int32_t id) {
-  const std::vector<std::string>& pieces = model.pieces();
-  if (!json_usable(model.tokenizer(), pieces, id)) return false;
-  JsonPrefix probe = json;
-  if (!probe.feed(pieces[(size_t)id])) return false;
-  return model.json_closers().tokens_to_close(probe) <= left - 1;
-}
-
-}  // namespace
-
-void Session::check_json_room(int64_t left, bool cap_binds) const {
-  const JsonPrefix start;
-  if (model_.json_closers().tokens_to_close(start) <= left) return;
-  const int32_t n_vocab = (int32_t)model_.pieces().size();
-  for (int32_t id = 0; id < n_vocab; ++id) {
-    if (json_accepts(model_, start, left, id)) return;  // one token is a whole object ("{}")
-  }
-  if (model_.json_closers().tokens_to_close(start) >= JsonClosers::kUnreachable) {
-    throw Error(LILIMS_ERR_UNSUPPORTED,
-                "[generate] the vocabulary has no single-byte tokens for '{' and '}', so JSON "
-                "output cannot be guaranteed to close");
-  }
-  const std::string need = std::to_string(model_.json_closers().tokens_to_close(start));
-  if (cap_binds) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                "[generate] max_tokens " + std::to_string(left) +
-                    " is too small for a JSON object: it needs at least " + need + " tokens");
-  }
-  throw Error(LILIMS_ERR_CONTEXT_FULL, "[generate] the context has room for " +
-                                           std::to_string(left) +
-                                           " generated tokens, too few for a JSON object (" +
-                                           need + " needed)");
-}
-
-void Session::check_schema_room(SchemaConstraint& sc, int64_t left, bool cap_binds) const {
-  const int64_t need = sc.tokens_to_close();
-  if (need <= left) return;
-  // One token may spell more of the value than the single-byte completion.
-  std::vector<uint8_t> allowed(model_.pieces().size());
-  sc.fill_mask(allowed.data());
-  for (int32_t id = 0; id < (int32_t)allowed.size(); ++id) {
-    if (allowed[(size_t)id] && sc.accepts_within(id, left - 1)) return;
-  }
-  if (need >= Grammar::kInfinite) {
-    throw Error(LILIMS_ERR_UNSUPPORTED,
-                "[generate] the vocabulary lacks the single-byte tokens needed to spell a value "
-                "of the schema");
-  }
-  if (cap_binds) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                "[generate] max_tokens " + std::to_string(left) +
-                    " is too small for a value of the schema: it needs at least " +
-                    std::to_string(need) + " tokens");
-  }
-  throw Error(LILIMS_ERR_CONTEXT_FULL, "[generate] the context has room for " +
-                                           std::to_string(left) +
-                                           " generated tokens, too few for a value of the schema (" +
-                                           std::to_string(need) + " needed)");
-}
-
-GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& prompt,
-                                      const GenerateOptions& opt) {
-  GenerateResult r;
-  r.n_prompt_tokens = (int32_t)prompt.size();
-  const tok::Tokenizer& tk = model_.tokenizer();
+GenerateResult Session::generate_after(size_t keep, const std::vector<int32_t>& prompt,
+                                       const GenerateOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   // Everything is checked before the session changes.
   if (prompt.empty() && !(keep == tokens_.size() && has_logits_)) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT,
                 "[generate] nothing to continue: the prompt is empty and the session has no tokens");
   }
-  Sampler sampler(opt.sampling);
+  Generation gen(model_, opt, exec_->n_ctx(), t0);
   check_tokens(keep, prompt);
-  check_logit_bias(opt.sampling.logit_bias, model_.hparams().n_vocab);
-  StopStrings stops(opt.stop);
-  if (opt.n_draft < 0 || opt.n_draft > kMaxDraft) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] n_draft " + std::to_string(opt.n_draft) +
-                                                 " is outside 0.." + std::to_string(kMaxDraft));
-  }
-  if (!stops.empty() && (opt.json || !opt.json_schema.empty())) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                "[generate] stop strings do not apply to json or json_schema output: it ends "
-                "when the value closes");
-  }
-  int32_t n_keep = 0;
-  if (opt.context_policy == ContextPolicy::shift) {
-    const int32_t first = keep > 0 ? tokens_[0] : prompt.empty() ? -1 : prompt[0];
-    n_keep = opt.n_keep >= 0 ? opt.n_keep : (first >= 0 && first == tk.bos() ? 1 : 0);
-    if (n_keep > exec_->n_ctx() - 2) {
-      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                  "[generate] n_keep " + std::to_string(n_keep) + " leaves nothing to shift in a "
-                  "context of " + std::to_string(exec_->n_ctx()) + " tokens (at most " +
-                  std::to_string(exec_->n_ctx() - 2) + ")");
-    }
-    // Shifted rows are evaluated again from their ids, which embedding rows
-    // (an image) do not have: they must stay within the kept start.
-    const size_t end = embedding_rows_end(keep);
-    if (end > (size_t)n_keep) {
-      throw Error(LILIMS_ERR_UNSUPPORTED,
-                  "[generate] a context shift cannot move embedding rows (an image): they end "
-                  "at position " + std::to_string(end) + ", after n_keep " +
-                  std::to_string(n_keep) + "; keep at least " + std::to_string(end) +
-                  " tokens or use the stop policy");
-    }
-  }
-  // The loop below makes a token, then stops if the context is full, so the
-  // last position holds one token more than it evaluates.
-  const auto room = [&](int32_t made, size_t n_past) {
-    int64_t left = (int64_t)exec_->n_ctx() - (int64_t)n_past + 1;
-    if (opt.max_tokens > 0) left = std::min<int64_t>(left, (int64_t)opt.max_tokens - made);
-    return left;
-  };
-  const int64_t ctx_left = (int64_t)exec_->n_ctx() - (int64_t)(keep + prompt.size()) + 1;
-  const bool cap_binds = opt.max_tokens > 0 && opt.max_tokens < ctx_left;
-  if (opt.json && !opt.json_schema.empty()) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[generate] json and json_schema exclude each other");
-  }
-  const bool constrained = opt.json || !opt.json_schema.empty();
-  for (const std::string* s : {&opt.constraint_trigger, &opt.constraint_close}) {
-    if (s->empty()) continue;
-    if (!constrained) {
-      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                  "[generate] constraint_trigger and constraint_close apply to json or json_schema "
-                  "output");
-    }
-    if (!tok::utf8_is_valid(*s)) {
-      throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                  "[generate] constraint_trigger and constraint_close must be valid UTF-8");
-    }
-  }
-  const std::vector<int32_t> close_tokens =
-      opt.constraint_close.empty() ? std::vector<int32_t>()
-                                   : tk.encode(opt.constraint_close, false, true);
-  // Tokens the value may use: what is left, less the closing text's.
-  const int64_t n_close = (int64_t)close_tokens.size();
-  const auto value_room = [&](int32_t made, size_t n_past) { return room(made, n_past) - n_close; };
-  // A lazy constraint starts at its trigger; until then the output is free.
-  TriggerMatch trigger(opt.constraint_trigger);
-  bool active = opt.constraint_trigger.empty();
-  std::unique_ptr<SchemaConstraint> schema;
-  if (!opt.json_schema.empty()) {
-    schema = std::make_unique<SchemaConstraint>(model_.schema_cache().get(opt.json_schema));
-  }
-  if (active && opt.json) check_json_room(value_room(0, keep + prompt.size()), cap_binds);
-  if (active && schema) check_schema_room(*schema, value_room(0, keep + prompt.size()), cap_binds);
+  gen.result().n_prompt_tokens = (int32_t)prompt.size();
+  const int32_t n_keep = shift_keep(keep, prompt, opt);
+  gen.check_room(keep + prompt.size());
   if (keep < tokens_.size()) truncate_impl((int32_t)keep);
   try {
     eval_impl(prompt);
   } catch (const Error& e) {
     if (e.status() != LILIMS_ERR_CANCELLED) throw;
-    r.stop = StopReason::cancelled;
-    return r;
+    gen.stop(StopReason::cancelled);
+    return gen.result();
   }
-  r.prompt_seconds = seconds_since(t0);
-  tok::StreamDecoder decoder(tk);
+  gen.begin(tokens_);
   const int32_t n_vocab = model_.hparams().n_vocab;
-  auto t_first = std::chrono::steady_clock::now();
-  JsonPrefix json;
-  int64_t left = 0;  // tokens this call may still make, counting the one being sampled
-  const std::function<bool(int32_t)> accept_json = [&](int32_t id) {
-    return json_accepts(model_, json, left, id);
-  };
-  // The mask holds the tokens the grammar allows; this adds the room check,
-  // asked only of the tokens the sampler considers.
-  const std::function<bool(int32_t)> accept_schema = [&](int32_t id) {
-    return tk.is_eog(id) ? schema->may_end() : schema->accepts_within(id, left - 1);
-  };
-  std::vector<uint8_t> allowed(schema ? (size_t)n_vocab : 0);
-  const std::string banned_note =
-      opt.sampling.logit_bias.empty() ? "" : " that the logit bias does not ban";
-  const auto banned = [&](int32_t id) {
-    for (const auto& [t, b] : opt.sampling.logit_bias) {
-      if (t == id && b == -INFINITY) return true;
-    }
-    return false;
-  };
-  // Prompt-lookup drafts evaluated after the last token taken: in the KV
-  // cache beyond the sequence decoding without drafts would hold there.
-  std::vector<int32_t> pending;
   std::vector<float> block_logits;    // a verification block's rows
-  const float* cur = logits_.data();  // logits after the sequence's last token
-  std::vector<int32_t> recent;        // the sequence without pending (repetition penalty)
-  const auto n_seq = [&] { return tokens_.size() - pending.size(); };
-  const auto drop_pending = [&] {
-    std::copy(cur, cur + n_vocab, logits_.begin());
-    truncate_impl((int32_t)n_seq());
-    has_logits_ = true;
-    pending.clear();
-    cur = logits_.data();
-  };
-  // Bytes of the value so far (value_offset), and the text the closing
-  // tokens added after it.
-  int64_t value_bytes = 0;
-  size_t close_text = 0;
-  if (active && constrained) r.value_offset = 0;
-  // A token joins the output: streamed and counted; the callback's answer.
-  const auto emit = [&](int32_t next) {
-    const bool first = r.tokens.empty();
-    r.tokens.push_back(next);
-    sampler.accept(next);
-    std::string piece = decoder.push(next);
-    // SentencePiece marks word starts with a space; the first word after BOS
-    // has none to show (llama2.c and llama.cpp strip it too).
-    if (first && n_seq() > 0 && tokens_[n_seq() - 1] == tk.bos() && !piece.empty() &&
-        piece[0] == ' ' && tk.vocab_type() == tok::VocabType::kSpm) {
-      piece.erase(0, 1);
-    }
-    if (!stops.empty()) piece = stops.push(piece);
-    r.text += piece;
-    return opt.on_token && opt.on_token(next, piece);
-  };
-  // Why generation ends when a budget runs out: the cap, or the context.
-  const auto budget_stop = [&] {
-    const int64_t cap_left = opt.max_tokens > 0 ? opt.max_tokens - (int64_t)r.tokens.size() : INT64_MAX;
-    const int64_t ctx_left = (int64_t)exec_->n_ctx() - (int64_t)n_seq();
-    return cap_left <= ctx_left ? StopReason::max_tokens : StopReason::context_full;
-  };
-  // The value is complete: the closing text follows, unevaluated.
-  enum class Took { go, callback, ended };  // ended: r.stop says why; the token is not evaluated
-  const auto value_done = [&] {
-    r.stop = StopReason::end_of_generation;
-    const size_t before = r.text.size();
-    for (int32_t c : close_tokens) emit(c);
-    close_text = r.text.size() - before;
-    return Took::ended;
-  };
-  // The value's constraint (JSON or a schema) and the bytes that follow the
-  // trigger in its token: whether the value can start with them (probe),
-  // or take them with `left` tokens of room for the rest (commit).
-  const auto value_starts = [&](const std::string& bytes, bool commit, int64_t left) {
-    if (opt.json) {
-      if (!commit) {
-        JsonPrefix probe = json;
-        return probe.feed(bytes);
-      }
-      return json.feed(bytes) && model_.json_closers().tokens_to_close(json) <= left;
-    }
-    return commit ? schema->advance_bytes(bytes, left) : schema->accepts_bytes(bytes);
-  };
-  // A token joins the output: streamed, counted, fed to the constraints.
-  const auto take = [&](int32_t next) {
-    const bool stop = emit(next);
-    if (stops.matched()) {  // like an end of generation: the last token is not evaluated
-      r.stop = StopReason::stop_string;
-      return Took::ended;
-    }
-    const std::string& piece = model_.pieces()[(size_t)next];
-    if (!active) {
-      std::string rest;
-      if (trigger.feed(trigger_bytes(tk, model_.pieces(), next), &rest)) {
-        r.constraint_triggered = true;
-        // What follows the trigger in its token starts the value; the
-        // sampler made sure it can (trigger_ok).
-        if (!value_starts(rest, true, value_room((int32_t)r.tokens.size(), n_seq() + 1))) {
-          r.stop = budget_stop();
-          return Took::ended;
-        }
-        active = true;
-        value_bytes = (int64_t)rest.size();
-        if (opt.json ? json.complete() : schema->complete()) return value_done();
-      }
-    } else if (opt.json) {
-      value_bytes += (int64_t)piece.size();
-      json.feed(piece);
-      if (json.complete()) return value_done();
-    } else if (schema) {
-      value_bytes += (int64_t)piece.size();
-      schema->advance(next);
-      if (schema->complete()) return value_done();
-    }
-    return stop ? Took::callback : Took::go;
-  };
-  // Before the trigger: whether `id` may be sampled (a token ending the
-  // trigger must leave bytes the value can start with).
-  const auto trigger_ok = [&](int32_t id) {
-    std::string rest;
-    return !trigger.ends_in(trigger_bytes(tk, model_.pieces(), id), &rest) ||
-           value_starts(rest, false, 0);
-  };
-  std::vector<uint8_t> free_mask;  // before the trigger: tokens trigger_ok refused this step
-  std::vector<int32_t> block;  // tokens taken but not yet evaluated
-  while (opt.max_tokens <= 0 || (int32_t)r.tokens.size() < opt.max_tokens) {
-    const int32_t i = (int32_t)r.tokens.size();
+  const float* cur = logits_.data();  // logits after the sequence's last accepted token
+  std::vector<int32_t> block;         // tokens accepted but not yet evaluated
+  while (gen.wants_more()) {
     if (cancel_requested()) {
-      r.stop = StopReason::cancelled;
+      gen.stop(StopReason::cancelled);
       break;
     }
-    const std::vector<int32_t>* history = &tokens_;
-    if (!pending.empty() && opt.sampling.repeat_penalty != 1.0f) {
-      recent.assign(tokens_.begin(), tokens_.begin() + (ptrdiff_t)n_seq());
-      history = &recent;
-    }
-    int32_t next;
-    if (opt.json && active) {
-      // The sampler filters only the tokens this accepts, so top-k, top-p and
-      // min-p cannot remove every way to close.
-      left = value_room(i, n_seq());
-      next = sampler.sample(cur, n_vocab, *history, nullptr, &accept_json);
-      if (next < 0) {
-        throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
-                    "[generate] no token continues the JSON output" + banned_note);
-      }
-    } else if (schema && active) {
-      left = value_room(i, n_seq());
-      const auto tm = std::chrono::steady_clock::now();
-      schema->fill_mask(allowed.data());
-      if (schema->may_end() && tk.eos() >= 0) allowed[(size_t)tk.eos()] = 1;
-      r.mask_seconds += seconds_since(tm);
-      next = sampler.sample(cur, n_vocab, *history, allowed.data(), &accept_schema);
-      if (next < 0) {
-        throw Error(banned_note.empty() ? LILIMS_ERR_INTERNAL : LILIMS_ERR_INVALID_ARGUMENT,
-                    "[generate] no token continues the schema's value" + banned_note);
-      }
-    } else {
-      next = sampler.sample(cur, n_vocab, *history);
-      if (!active && !trigger_ok(next)) {
-        free_mask.assign((size_t)n_vocab, 1);
-        do {
-          free_mask[(size_t)next] = 0;
-          next = sampler.sample(cur, n_vocab, *history, free_mask.data());
-        } while (next >= 0 && !trigger_ok(next));
-        if (next < 0) {
-          throw Error(LILIMS_ERR_INVALID_ARGUMENT,
-                      "[generate] every token allowed here ends the constraint trigger with bytes "
-                      "no value can start with");
-        }
-      }
-    }
-    if (i == 0) {
-      t_first = std::chrono::steady_clock::now();
-      r.first_token_seconds = seconds_since(t0);
-    }
-    if (tk.is_eog(next) || (next == tk.bos() && tk.bos() != -1)) {  // BOS: a new document
-      r.stop = StopReason::end_of_generation;
-      // A value that may end (a top-level number) ended here.
-      if (active && schema) value_done();
-      break;
-    }
-    block.clear();
-    Took took = take(next);
+    const int32_t next = gen.sample(cur);
+    Took took = gen.accept(next);
     if (took == Took::ended) break;
+    block.clear();
+    std::vector<int32_t>& pending = gen.pending();
     if (!pending.empty() && pending.front() == next) {  // drafted, evaluated already
       // Without drafts its evaluation would see the cancel and leave it out.
       if (cancel_requested()) {
-        r.stop = StopReason::cancelled;
+        gen.stop(StopReason::cancelled);
         break;
       }
       pending.erase(pending.begin());
-      ++r.n_accepted;
+      ++gen.result().n_accepted;
       cur += n_vocab;
     } else {
-      if (!pending.empty()) drop_pending();
+      if (!pending.empty()) cur = drop_drafts(gen, cur);
       block.push_back(next);
     }
     bool ended = false;
-    if (schema && active && opt.jump_forward && took == Took::go) {
-      std::vector<int32_t> forced = forced_tokens(*schema, tk, model_.pieces(), kMaxForcedBytes);
-      // Within the cap, and within the context: a value never shifts it.
-      int64_t most = (int64_t)exec_->n_ctx() - (int64_t)(n_seq() + block.size());
-      if (opt.max_tokens > 0) most = std::min<int64_t>(most, opt.max_tokens - (int64_t)r.tokens.size());
-      if ((int64_t)forced.size() > most) forced.resize((size_t)std::max<int64_t>(0, most));
-      for (int32_t f : forced) {
-        // What sampling would check of the token: allowed, and room to close after it.
-        left = value_room((int32_t)r.tokens.size(), n_seq() + block.size());
-        if (banned(f) || !schema->accepts_within(f, left - 1)) break;
-        if (!pending.empty()) drop_pending();
-        ++r.n_forced;
-        took = take(f);
+    if (took == Took::go) {
+      for (int32_t f : gen.forced(block.size())) {
+        if (!gen.may_force(f, block.size())) break;
+        if (!pending.empty()) cur = drop_drafts(gen, cur);
+        took = gen.accept_forced(f);
         if (took == Took::ended) {
           ended = true;
           break;
@@ -847,74 +518,90 @@ GenerateResult Session::generate_impl(size_t keep, const std::vector<int32_t>& p
         if (took == Took::callback) break;
       }
     }
-    if (!block.empty()) {
-      // A token joins the sequence even when generation ends here, so that a
-      // later call continues from the text the caller has seen.
-      const bool full = tokens_.size() >= (size_t)exec_->n_ctx();
-      if (full && (opt.context_policy == ContextPolicy::stop || (active && constrained))) {
-        r.stop = StopReason::context_full;
-        break;
-      }
-      try {
-        if (full) {
-          shift_context(n_keep, next);
-          ++r.n_shifts;
-          cur = logits_.data();
-        } else {
-          std::vector<int32_t> draft;
-          if (opt.n_draft > 0 && !ended && took == Took::go) {
-            int64_t k = std::min<int64_t>(opt.n_draft, (int64_t)exec_->n_ctx() -
-                                                           (int64_t)(tokens_.size() + block.size()));
-            if (opt.max_tokens > 0) k = std::min<int64_t>(k, opt.max_tokens - (int64_t)r.tokens.size());
-            if (k > 0) draft = draft_tokens(tokens_, tokens_.size(), block, (int32_t)k);
-          }
-          if (block.size() == 1 && draft.empty()) {
-            eval_impl(block);
-            cur = logits_.data();
-          } else {
-            // One block, each position computed as one-token decoding would.
-            if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
-            const size_t taken = block.size();
-            block.insert(block.end(), draft.begin(), draft.end());
-            eval_block_impl(block, draft.empty() ? nullptr : &block_logits, true);
-            pending = draft;
-            r.n_drafted += (int32_t)draft.size();
-            cur = draft.empty() ? logits_.data() : block_logits.data() + (taken - 1) * n_vocab;
-          }
-        }
-      } catch (const Error& e) {
-        if (e.status() != LILIMS_ERR_CANCELLED) throw;
-        r.stop = StopReason::cancelled;
-        break;
-      }
+    if (!block.empty() && !evaluate(gen, block, next, n_keep, !ended && took == Took::go,
+                                    block_logits, cur)) {
+      break;
     }
     if (ended) break;
     if (took == Took::callback) {
-      r.stop = StopReason::callback;
+      gen.stop(StopReason::callback);
       break;
     }
   }
-  if (!pending.empty()) drop_pending();
-  std::string rest;
-  if (!stops.matched()) {
-    rest = decoder.flush();
-    if (!stops.empty()) {
-      rest = stops.push(rest) + stops.flush();
-      if (stops.matched()) r.stop = StopReason::stop_string;
+  if (!gen.pending().empty()) drop_drafts(gen, cur);
+  return gen.finish();
+}
+
+int32_t Session::shift_keep(size_t keep, const std::vector<int32_t>& prompt,
+                            const GenerateOptions& opt) const {
+  if (opt.context_policy != ContextPolicy::shift) return 0;
+  const tok::Tokenizer& tk = model_.tokenizer();
+  const int32_t first = keep > 0 ? tokens_[0] : prompt.empty() ? -1 : prompt[0];
+  const int32_t n_keep = opt.n_keep >= 0 ? opt.n_keep : (first >= 0 && first == tk.bos() ? 1 : 0);
+  if (n_keep > exec_->n_ctx() - 2) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[generate] n_keep " + std::to_string(n_keep) + " leaves nothing to shift in a "
+                "context of " + std::to_string(exec_->n_ctx()) + " tokens (at most " +
+                std::to_string(exec_->n_ctx() - 2) + ")");
+  }
+  // Shifted rows are evaluated again from their ids, which embedding rows
+  // (an image) do not have: they must stay within the kept start.
+  const size_t end = embedding_rows_end(keep);
+  if (end > (size_t)n_keep) {
+    throw Error(LILIMS_ERR_UNSUPPORTED,
+                "[generate] a context shift cannot move embedding rows (an image): they end "
+                "at position " + std::to_string(end) + ", after n_keep " +
+                std::to_string(n_keep) + "; keep at least " + std::to_string(end) +
+                " tokens or use the stop policy");
+  }
+  return n_keep;
+}
+
+const float* Session::drop_drafts(Generation& gen, const float* cur) {
+  std::copy(cur, cur + model_.hparams().n_vocab, logits_.begin());
+  truncate_impl((int32_t)gen.n_seq());
+  has_logits_ = true;
+  gen.pending().clear();
+  return logits_.data();
+}
+
+bool Session::evaluate(Generation& gen, std::vector<int32_t>& block, int32_t next, int32_t n_keep,
+                       bool may_draft, std::vector<float>& block_logits, const float*& cur) {
+  // A token joins the sequence even when generation ends here, so that a
+  // later call continues from the text the caller has seen.
+  const bool full = tokens_.size() >= (size_t)exec_->n_ctx();
+  if (full && (!gen.may_shift() || gen.value_active())) {
+    gen.stop(StopReason::context_full);
+    return false;
+  }
+  try {
+    if (full) {
+      shift_context(n_keep, next);
+      ++gen.result().n_shifts;
+      cur = logits_.data();
+      return true;
     }
+    const std::vector<int32_t> draft = may_draft ? gen.drafts(block) : std::vector<int32_t>();
+    if (block.size() == 1 && draft.empty()) {
+      eval_impl(block);
+      cur = logits_.data();
+      return true;
+    }
+    // One block, each position computed as one-token decoding would.
+    if (cancel_requested()) throw Error(LILIMS_ERR_CANCELLED, "[session] cancelled");
+    const size_t taken = block.size();
+    block.insert(block.end(), draft.begin(), draft.end());
+    eval_block_impl(block, draft.empty() ? nullptr : &block_logits, true);
+    gen.pending() = draft;
+    gen.result().n_drafted += (int32_t)draft.size();
+    const size_t n_vocab = (size_t)model_.hparams().n_vocab;
+    cur = draft.empty() ? logits_.data() : block_logits.data() + (taken - 1) * n_vocab;
+    return true;
+  } catch (const Error& e) {
+    if (e.status() != LILIMS_ERR_CANCELLED) throw;
+    gen.stop(StopReason::cancelled);
+    return false;
   }
-  if (!rest.empty()) {
-    r.text += rest;
-    if (opt.on_token) opt.on_token(-1, rest);
-  }
-  if (r.constraint_triggered && active) {
-    // The value's bytes are the pieces fed to the constraint, and end the
-    // text before the closing tokens' (a value is whole UTF-8 once complete).
-    r.value_offset = std::max<int64_t>(0, (int64_t)(r.text.size() - close_text) - value_bytes);
-  }
-  r.generate_seconds = seconds_since(t_first);
-  r.peak_resident_bytes = peak_resident_bytes();
-  return r;
 }
 
 }  // namespace lilims::runtime

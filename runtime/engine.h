@@ -23,6 +23,8 @@
 
 namespace lilims::runtime {
 
+class Generation;
+
 struct ModelOptions {
   bool use_mmap = true;
   bool repack = true;
@@ -430,8 +432,21 @@ class Session {
   void truncate_impl(int32_t n);
   // Generates after keeping the first `keep` tokens of the sequence and
   // appending `prompt`; validates everything before changing anything.
-  GenerateResult generate_impl(size_t keep, const std::vector<int32_t>& prompt,
-                               const GenerateOptions& opt);
+  // Drives a Generation (runtime/generation.h) through its steps.
+  GenerateResult generate_after(size_t keep, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& opt);
+  // The evaluate step of generate_after: runs `block` (accepted tokens;
+  // `next` the sampled one), with prompt-lookup drafts when may_draft, or
+  // shifts a full context; `cur` then points at the logits to sample from.
+  // False when generation ends (gen's stop says why).
+  bool evaluate(Generation& gen, std::vector<int32_t>& block, int32_t next, int32_t n_keep,
+                bool may_draft, std::vector<float>& block_logits, const float*& cur);
+  // Drafts the sampler did not pick leave the KV cache; returns the logits
+  // to sample from (cur, copied into logits_).
+  const float* drop_drafts(Generation& gen, const float* cur);
+  // ContextPolicy::shift: the tokens a shift keeps (0 for stop), checked.
+  int32_t shift_keep(size_t keep, const std::vector<int32_t>& prompt,
+                     const GenerateOptions& opt) const;
   void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
   // One past the last embedding row among the first n positions (0: none).
   size_t embedding_rows_end(size_t n) const;
@@ -440,10 +455,6 @@ class Session {
   // ContextPolicy::shift: drops tokens after the kept start and evaluates
   // the rest, with `next` (not yet evaluated) appended, at their new positions.
   void shift_context(int32_t n_keep, int32_t next);
-  // Throws unless a JSON object fits in `left` tokens.
-  void check_json_room(int64_t left, bool cap_binds) const;
-  // Same for a schema's value, from its start.
-  void check_schema_room(SchemaConstraint& sc, int64_t left, bool cap_binds) const;
   bool cancel_requested() const { return (state_.load(std::memory_order_acquire) & kCancel) != 0; }
 
   const Model& model_;

@@ -62,13 +62,15 @@ if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
 fi
 
 if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
-  stage "ThreadSanitizer: thread pool, KV commits, runtime, vision encoder, C API"
+  stage "ThreadSanitizer: thread pool, KV commits, runtime, batch engine, vision encoder, C API"
   LILIMS_TARGETS="test_graph test_runtime test_models test_c_api test_c_api_contracts" \
     scripts/build.sh build-tsan "${sanitizer_flags[@]}" -DLILIMS_SANITIZE=thread \
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_WERROR=ON
   # Every test of the pool, of the KV cache's sync/async commits and of the C
   # API's contracts (busy sessions, cancel from another thread); the
-  # runtime's tests on stories260K and the tiny models.  Tests on SmolLM2 run in the release and ASan builds: under
+  # runtime's tests on stories260K and the tiny models, among them the batch
+  # engine's stress test (BatchEngine.*: 8 clients, random cancels, a full
+  # queue, delays between steps).  Tests on SmolLM2 run in the release and ASan builds: under
   # TSan they take tens of minutes and exercise no other threading code.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   build-tsan/tests/graph/test_graph --gtest_filter="-*SmolLM2*"

@@ -53,7 +53,10 @@ void usage(FILE* out) {
                "Every combination of -p, -n and -t is one configuration.  Figures: prefill\n"
                "tokens/s (pp), decode tokens/s after the prompt (tg), time to first token\n"
                "(prefill + choosing the first token), model load time (once per process) and\n"
-               "peak RSS (the process-wide maximum so far, so it only grows over the rows).\n");
+               "peak RSS (the process-wide maximum so far, so it only grows over the rows);\n"
+               "RssAnon (lilims' own pages: repacked weights, KV cache, scratch) and RssFile\n"
+               "(the model file's clean pages) after the load and after each row, and the\n"
+               "weight bytes read in place from the file vs copied (`quantize --layout`).\n");
 }
 
 struct Options {
@@ -205,11 +208,32 @@ RunTimes timed_run(runtime::Session& s, const std::vector<int32_t>& prompt,
   return t;
 }
 
+// RssAnon and RssFile of /proc/self/status in MB (-1 where there is none):
+// anonymous pages (lilims' own copies, dirty) and the file's pages (clean,
+// dropped and read again under memory pressure).
+struct Resident {
+  double anon_mb = -1, file_mb = -1;
+};
+Resident resident_now() {
+  Resident r;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return r;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    long long kb = 0;
+    if (std::sscanf(line, "RssAnon: %lld", &kb) == 1) r.anon_mb = (double)kb / 1024.0;
+    if (std::sscanf(line, "RssFile: %lld", &kb) == 1) r.file_mb = (double)kb / 1024.0;
+  }
+  std::fclose(f);
+  return r;
+}
+
 struct Row {
   Config cfg;
   Spread pp, tg, ttft_ms;
   int32_t n_ctx;
   double peak_rss_mb;
+  Resident after;  // with the row's session still open
 };
 
 std::string json_escape(const std::string& s) {
@@ -231,7 +255,7 @@ std::string json_escape(const std::string& s) {
 }
 
 void print_json(const Row& r, const Options& o, const std::string& model_path,
-                const runtime::Model& model, double load_ms) {
+                const runtime::Model& model, double load_ms, const Resident& at_load) {
   std::printf(
       "{\"model\": \"%s\", \"model_name\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
       "\"n_prompt\": %d, \"n_gen\": %d, \"n_ctx\": %d, \"runs\": %d, \"seed\": %llu, "
@@ -240,7 +264,9 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       "\"ttft_ms\": %.3f, \"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, "
       "\"load_ms\": %.3f, \"peak_rss_mb\": %.1f, \"n_params\": %llu, "
       "\"decode_weight_bytes\": %llu, \"fused_weights\": %zu, \"kv_commit\": \"%s\", "
-      "\"chunk_layers\": %d, \"lora_adapters\": %zu}\n",
+      "\"chunk_layers\": %d, \"lora_adapters\": %zu, "
+      "\"rss_anon_load_mb\": %.1f, \"rss_file_load_mb\": %.1f, \"rss_anon_mb\": %.1f, \"rss_file_mb\": %.1f, "
+      "\"weight_bytes_mapped\": %llu, \"weight_bytes_copied\": %llu}\n",
       json_escape(model_path).c_str(), json_escape(model.name()).c_str(),
       kernels::kernel_path_name(), r.cfg.threads, r.cfg.n_prompt, r.cfg.n_gen,
       r.n_ctx, o.runs, (unsigned long long)o.seed, r.pp.median, r.pp.min, r.pp.max,
@@ -248,18 +274,23 @@ void print_json(const Row& r, const Options& o, const std::string& model_path,
       r.peak_rss_mb, (unsigned long long)model.weights().n_params,
       (unsigned long long)decode_weight_bytes(model.weights()), model.weights().n_fused,
       graph::kv_commit_name(r.cfg.commit),
-      o.common.chunk_layers, o.common.loras.size());
+      o.common.chunk_layers, o.common.loras.size(), at_load.anon_mb, at_load.file_mb, r.after.anon_mb,
+      r.after.file_mb, (unsigned long long)model.weights().mapped_weight_bytes(),
+      (unsigned long long)(model.weights().repacked_bytes + model.weights().requantized_bytes));
   std::fflush(stdout);
 }
 
 void print_table_header(const std::string& model_path, const runtime::Model& model,
-                        double load_ms, const Options& o) {
+                        double load_ms, const Options& o, const Resident& at_load) {
   const models::Model& m = model.weights();
   std::printf("model: %s (%s, %.1f M params, %.1f MB read per decoded token)\n",
               model_path.c_str(), model.name().empty() ? "unnamed" : model.name().c_str(),
               (double)m.n_params / 1e6, (double)decode_weight_bytes(m) / 1e6);
-  std::printf("isa %s, load %.1f ms, %d runs per row after a warm-up, median [min-max]\n\n",
+  std::printf("isa %s, load %.1f ms, %d runs per row after a warm-up, median [min-max]\n",
               kernels::kernel_path_name(), load_ms, o.runs);
+  std::printf("weights %.1f MB read in place, %.1f MB copied; after load RssAnon %.1f MB, RssFile %.1f MB\n\n",
+              (double)m.mapped_weight_bytes() / 1e6, (double)(m.repacked_bytes + m.requantized_bytes) / 1e6,
+              at_load.anon_mb, at_load.file_mb);
   std::printf("| threads | n_prompt | n_gen | prefill t/s median [min-max] | decode t/s median [min-max]  |"
               " ttft ms  | peak RSS MB | commit |\n");
   std::printf("|--------:|---------:|------:|------------------------------|------------------------------|"
@@ -302,7 +333,7 @@ Row bench_config(const runtime::Model& model, const Config& cfg, const Options& 
     tg.push_back(cfg.n_gen / t.decode_s);
     ttft.push_back(t.ttft_s * 1e3);
   }
-  return {cfg, spread(pp), spread(tg), spread(ttft), session.n_ctx(), peak_rss_mb()};
+  return {cfg, spread(pp), spread(tg), spread(ttft), session.n_ctx(), peak_rss_mb(), resident_now()};
 }
 
 int bench_main(int argc, char** argv) {
@@ -326,6 +357,7 @@ int bench_main(int argc, char** argv) {
     const auto t0 = Clock::now();
     const auto model = tools::open_model(o.common);
     const double load_ms = seconds_since(t0) * 1e3;
+    const Resident at_load = resident_now();
     const tools::LoadedAdapters adapters = tools::open_adapters(o.common, *model);
 
     const int32_t n_ctx_train = model->hparams().n_ctx_train;
@@ -338,14 +370,14 @@ int bench_main(int argc, char** argv) {
         }
       }
     }
-    if (!o.json) print_table_header(path, *model, load_ms, o);
+    if (!o.json) print_table_header(path, *model, load_ms, o, at_load);
     for (int32_t t : o.threads) {
       for (int32_t p : o.n_prompt) {
         for (int32_t n : o.n_gen) {
           for (graph::KvCommit c : o.commits) {
             const Row row = bench_config(*model, {t, p, n, c}, o, adapters.uses);
             if (o.json) {
-              print_json(row, o, path, *model, load_ms);
+              print_json(row, o, path, *model, load_ms, at_load);
             } else {
               print_table_row(row);
             }

@@ -10,6 +10,7 @@
 #include "kernels/matmul.h"
 #include "models/gguf.h"
 #include "quant/dequant_ref.h"
+#include "quant/prelaid.h"
 #include "quant/quant.h"
 #include "tools/cli.h"
 #include "tools/common.h"
@@ -36,6 +37,12 @@ int inspect_plan(const lilims::tools::CommonArgs& common) {
   std::printf("model: %s (%s, %d layers)\n", common.model_path.c_str(),
               lilims::models::arch_name(model->hparams().arch), model->hparams().n_layer);
   std::fputs(ps.plan.describe(ps.graph).c_str(), stdout);
+  const lilims::models::Model& w = model->weights();
+  const std::string copies = lilims::models::describe_copies(w);
+  std::printf("weights: %.1f MiB read in place from the file, %.1f MiB copied%s%s\n",
+              (double)w.mapped_weight_bytes() / (1 << 20),
+              (double)(w.repacked_bytes + w.requantized_bytes) / (1 << 20), copies.empty() ? "" : " (",
+              copies.empty() ? "" : (copies + ")").c_str());
   return 0;
 }
 
@@ -148,7 +155,10 @@ int inspect_file(const std::string& path, bool all) {
   uint64_t total_bytes = 0, total_el = 0, unreadable = 0, requantized = 0;
   std::map<std::string, uint64_t> requantized_types;
   for (const auto& t : f->tensors()) {
-    const bool readable = lilims::quant::readable_type(t.type, nullptr);
+    const bool prelaid = lilims::quant::prelaid_type(t.type, nullptr);
+    const bool readable = prelaid || lilims::quant::readable_type(t.type, nullptr);
+    const std::string type_name =
+        prelaid ? lilims::quant::prelaid_type_name(t.type) : lilims::quant::ggml_type_name(t.type);
     const lilims::quant::DequantTraits* dq = lilims::quant::dequant_traits(t.type);
     if (dq && (!lilims::quant::type_traits(t.type) ||
                !lilims::kernels::kept_at_load(static_cast<lilims::quant::Type>(t.type)))) {
@@ -156,7 +166,7 @@ int inspect_file(const std::string& path, bool all) {
       ++requantized_types[std::string(dq->name) + " -> " + lilims::quant::traits(dq->load_as).name];
     }
     std::printf("  %-*s %-6s %-22s %14" PRIu64 " %14s\n", static_cast<int>(name_w),
-                name_text(t.name).c_str(), lilims::quant::ggml_type_name(t.type), shape_text(t.ne).c_str(),
+                name_text(t.name).c_str(), type_name.c_str(), shape_text(t.ne).c_str(),
                 t.offset, readable ? std::to_string(t.n_bytes).c_str() : "?");
     total_bytes += t.n_bytes;
     total_el += t.n_elements;

@@ -11,6 +11,7 @@
 #include "base/memory_info.h"
 #include "models/gguf.h"
 #include "models/imatrix.h"
+#include "models/layout_file.h"
 #include "models/requantize.h"
 #include "runtime/engine.h"
 #include "runtime/imatrix.h"
@@ -21,7 +22,7 @@
 namespace {
 
 const char kUsage[] =
-    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain]\n"
+    "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain] [--layout TARGET]\n"
     "       [--tensor-type PATTERN=TYPE]... [--no-progress]\n"
     "  TYPE      Q4_0, Q4_1, Q8_0 or F16 (also F32, and Q5_0: GGML's plain rounding only,\n"
     "            whatever --method, --imatrix or --calibrate say)\n"
@@ -48,6 +49,11 @@ const char kUsage[] =
     "            per layer the scale exponent with the least output error on the text)\n"
     "  --calibrate-ctx N     tokens per calibration chunk (default 512)\n"
     "  --calibrate-chunks N  chunks of TEXT used (default 8; 0: all)\n"
+    "  --layout TARGET  store the matmul weights already in the layout TARGET's kernels\n"
+    "            read, so a load maps them read-only and copies none: native (this CPU),\n"
+    "            avx2, avx512vnni, neon, or gguf (default: plain GGUF, what llama.cpp\n"
+    "            reads; a laid-out file is lilims' own). TYPE the input's own type\n"
+    "            (general.file_type): only the layout changes, every tensor keeps its bytes\n"
     "  -t N      threads (default: all cores); the output does not depend on it\n"
     "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
     "                 line every 5 seconds)\n"
@@ -63,7 +69,7 @@ int cmd_quantize(int argc, char** argv) {
   lilims::gguf::RequantizeOptions opt;
   opt.n_threads = lilims::threads_or_cores(0);
   bool progress = true;
-  std::string imatrix_path, calibrate_path;
+  std::string imatrix_path, calibrate_path, layout = "gguf";
   std::map<std::string, std::vector<float>> importance;
   lilims::gguf::SecondMoments moments;
   long calibrate_ctx = 512, calibrate_chunks = 8;
@@ -86,6 +92,13 @@ int cmd_quantize(int argc, char** argv) {
       if (k + 1 >= argc) return lilims::cli::fail("quantize", std::string(a) + " needs a value");
       try {
         opt.n_threads = (int)lilims::cli::parse_int(a, argv[++k], 1, 1024);
+      } catch (const std::exception& e) {
+        return lilims::cli::fail("quantize", e.what());
+      }
+    } else if (!std::strcmp(a, "--layout")) {
+      if (k + 1 >= argc) return lilims::cli::fail("quantize", "--layout needs a target");
+      try {
+        layout = lilims::gguf::layout_target(argv[++k]);
       } catch (const std::exception& e) {
         return lilims::cli::fail("quantize", e.what());
       }
@@ -171,10 +184,31 @@ int cmd_quantize(int argc, char** argv) {
       opt.importance = &importance;
     }
     auto in = lilims::gguf::File::open(pos[0]);
-    const lilims::gguf::Writer w = lilims::gguf::requantize(*in, type, opt);
+    // TYPE the file's own (general.file_type): only the layout changes,
+    // every tensor keeps its type and bytes.
+    const bool layout_only = layout != "gguf" && opt.tensor_types.empty() && importance.empty() &&
+                             in->get_int_or("general.file_type", -1) == tt->file_type;
+    if (layout_only) {
+      const lilims::gguf::Writer w = lilims::gguf::lay_out(*in, layout);
+      line.finish();
+      w.write(pos[1]);
+      if (progress) std::fprintf(stderr, "lilims quantize: wrote %s (laid out for %s)\n", pos[1].c_str(), layout.c_str());
+      return 0;
+    }
+    lilims::gguf::Writer w = lilims::gguf::requantize(*in, type, opt);
     line.finish();
+    if (layout != "gguf") {
+      in.reset();
+      const std::vector<uint8_t> bytes = w.to_bytes();
+      w = lilims::gguf::Writer();
+      auto plain = lilims::gguf::File::from_borrowed(bytes.data(), bytes.size(), pos[1]);
+      w = lilims::gguf::lay_out(*plain, layout);
+    }
     w.write(pos[1]);
-    if (progress) std::fprintf(stderr, "lilims quantize: wrote %s (%s)\n", pos[1].c_str(), tn.c_str());
+    if (progress) {
+      std::fprintf(stderr, "lilims quantize: wrote %s (%s%s)\n", pos[1].c_str(), tn.c_str(),
+                   layout == "gguf" ? "" : (", laid out for " + layout).c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     line.finish();

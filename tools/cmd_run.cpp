@@ -118,7 +118,8 @@ void usage() {
       "                         when they do not fit; without -c, the longest context that fits\n"
       "  -q, --quiet            no statistics on stderr\n"
       "  -v, --verbose          also time to first token, reused prompt tokens, context\n"
-      "                         shifts and the process's peak resident memory on stderr\n",
+      "                         shifts, the process's peak resident memory and the weight\n"
+      "                         bytes read in place from the file vs copied (and why) on stderr\n",
       stdout);
 }
 

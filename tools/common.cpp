@@ -296,6 +296,12 @@ void print_verbose_stats(FILE* out, const runtime::GenerateResult& r, const runt
                "shifts: %d | peak resident memory: %.1f MiB (process)\n",
                r.first_token_seconds, r.n_reused_tokens, r.n_prompt_tokens, r.n_shifts,
                (double)r.peak_resident_bytes / (1 << 20));
+  const models::Model& w = s.model().weights();
+  const std::string copies = models::describe_copies(w);
+  std::fprintf(out, "[lilims] weights: %.1f MiB read in place from the file, %.1f MiB copied%s%s\n",
+               (double)w.mapped_weight_bytes() / (1 << 20),
+               (double)(w.repacked_bytes + w.requantized_bytes) / (1 << 20), copies.empty() ? "" : ": ",
+               copies.c_str());
 }
 
 }  // namespace lilims::tools

@@ -167,6 +167,15 @@ typedef struct lilims_model_info {
   lilims_token eos_token; /* -1 if none */
   int32_t add_bos;        /* the tokenizer adds BOS to a prompt */
   int32_t has_chat_template;
+  /* Where the weights live.  A plain GGUF's matmul weights are repacked
+   * into the kernels' layout (dirty memory); a file laid out once with
+   * `lilims quantize IN OUT TYPE --layout native` is read in place from a
+   * read-only mapping (clean pages the system may drop and read again).
+   * These fields are filled only when struct_size covers them (an app built
+   * against an older header passes a smaller size and gets the rest). */
+  uint64_t weight_bytes_mapped; /* read in place from the file's mapping (or the app's buffer) */
+  uint64_t weight_bytes_copied; /* copied into lilims' memory: repacked, re-quantized, laid out again */
+  char weight_copy_reason[320]; /* "BYTES: why" per reason, "; " between, largest first; "" if none */
 } lilims_model_info;
 
 lilims_status lilims_model_get_info(const lilims_model *model, lilims_model_info *out_info);

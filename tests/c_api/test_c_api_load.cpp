@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +13,11 @@
 #include <vector>
 
 #include "c_api_ptr.h"
+#include "kernels/cpu.h"
 #include "lilims/lilims.h"
+#include "models/gguf.h"
+#include "models/layout_file.h"
+#include "models/requantize.h"
 #include "test_util.h"
 
 namespace {
@@ -304,6 +309,61 @@ TEST(CApiLoad, InfoNamesTheArchitecture) {
     ASSERT_EQ(lilims_model_get_info(m, &info), LILIMS_OK);
     EXPECT_STREQ(info.architecture, c.arch) << c.file;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Where the weights live: a plain file's repacked copy is reported with its
+// reason; a file laid out for this CPU (`lilims quantize --layout native`)
+// is read in place; an app built against the header before these fields
+// (a smaller struct_size) gets the rest and nothing past its struct.
+TEST(CApiLoad, InfoReportsCopiedWeightBytesAndWhy) {
+  LILIMS_REQUIRE_FILE(stories_path(), "../shared/data/stories260K, see its SOURCES.md");
+  auto f = lilims::gguf::File::open(stories_path());
+  lilims::gguf::RequantizeOptions ro;
+  ro.method = lilims::quant::QuantMethod::plain;
+  const std::vector<uint8_t> plain = lilims::gguf::requantize(*f, lilims::quant::Type::Q8_0, ro).to_bytes();
+  const bool simd = lilims::kernels::active_isa() != lilims::kernels::Isa::ref;
+  std::vector<uint8_t> laid = plain;
+  if (simd) {
+    auto pf = lilims::gguf::File::from_bytes(plain.data(), plain.size());
+    laid = lilims::gguf::lay_out(*pf, lilims::gguf::layout_target("native")).to_bytes();
+  }
+  const Buffer a(std::string(plain.begin(), plain.end())), b(std::string(laid.begin(), laid.end()));
+  lilims_model *pm = nullptr, *lm = nullptr;
+  ASSERT_EQ(lilims_model_open_memory(a.data(), plain.size(), nullptr, &pm), LILIMS_OK);
+  ModelPtr pmodel(pm);
+  ASSERT_EQ(lilims_model_open_memory(b.data(), laid.size(), nullptr, &lm), LILIMS_OK);
+  ModelPtr lmodel(lm);
+  lilims_model_info pi, li;
+  std::memset(&pi, 0, sizeof pi);
+  std::memset(&li, 0, sizeof li);
+  pi.struct_size = li.struct_size = sizeof pi;
+  ASSERT_EQ(lilims_model_get_info(pm, &pi), LILIMS_OK);
+  ASSERT_EQ(lilims_model_get_info(lm, &li), LILIMS_OK);
+  EXPECT_GT(pi.weight_bytes_mapped + pi.weight_bytes_copied, 0u);
+  if (simd) {
+    EXPECT_GT(pi.weight_bytes_copied, 0u);
+    EXPECT_NE(std::string(pi.weight_copy_reason).find("repacked into"), std::string::npos) << pi.weight_copy_reason;
+    EXPECT_EQ(li.weight_bytes_copied, 0u);
+    EXPECT_STREQ(li.weight_copy_reason, "");
+    EXPECT_EQ(li.weight_bytes_mapped, pi.weight_bytes_mapped + pi.weight_bytes_copied);
+  } else {
+    EXPECT_EQ(pi.weight_bytes_copied, 0u);  // the reference kernels read the file's blocks
+  }
+
+  // The struct as it was before the placement fields.
+  const size_t old_size = offsetof(lilims_model_info, weight_bytes_mapped);
+  std::vector<unsigned char> raw(sizeof(lilims_model_info), 0xab);
+  lilims_model_info* old = reinterpret_cast<lilims_model_info*>(raw.data());
+  old->struct_size = old_size;
+  ASSERT_EQ(lilims_model_get_info(pm, old), LILIMS_OK);
+  EXPECT_EQ(old->n_vocab, pi.n_vocab);
+  for (size_t k = old_size; k < raw.size(); ++k) ASSERT_EQ(raw[k], 0xab) << "byte " << k << " written";
+  old->struct_size = old_size - 1;
+  EXPECT_EQ(lilims_model_get_info(pm, old), LILIMS_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

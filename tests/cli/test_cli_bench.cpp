@@ -30,7 +30,9 @@ const char* const kNumericKeys[] = {"threads",    "n_prompt",   "n_gen",      "n
                                     "runs",       "pp_tps",     "pp_tps_min", "pp_tps_max",
                                     "tg_tps",     "tg_tps_min", "tg_tps_max", "ttft_ms",
                                     "ttft_ms_min", "ttft_ms_max", "load_ms",  "peak_rss_mb",
-                                    "n_params",   "decode_weight_bytes"};
+                                    "n_params",   "decode_weight_bytes", "rss_anon_load_mb",
+                                    "rss_file_load_mb", "rss_anon_mb", "rss_file_mb",
+                                    "weight_bytes_mapped"};
 
 // Parses every stdout line; fails the test on a line that is not an object
 // with the keys scripts read, each figure a positive finite number.

@@ -20,7 +20,9 @@
 #include "base/error.h"
 #include "models/gguf.h"
 #include "models/model.h"
+#include "quant/prelaid.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -90,9 +92,15 @@ void exercise(const File& f) {
     if (!t.data || t.n_bytes == 0) continue;
     sink = sink + t.data[0] + t.data[t.n_bytes - 1];
     const lilims::quant::TypeTraits* tr = lilims::quant::type_traits(t.type);
+    lilims::quant::PrelaidType pl;
     if (tr && t.ne[0] <= 4096) {
       row.resize(static_cast<size_t>(t.ne[0]));
       tr->to_float(t.data, row.data(), static_cast<int64_t>(t.ne[0]));
+    } else if (lilims::quant::prelaid_type(t.type, &pl) && t.ne[0] <= 4096) {
+      // the last row, which sits in the last (maybe padded) group
+      row.resize(static_cast<size_t>(t.ne[0]));
+      lilims::quant::row_to_float(pl.type, pl.layout, t.data, static_cast<int64_t>(t.ne[0]),
+                                  static_cast<int64_t>(t.ne[1]) - 1, row.data());
     }
   }
 

@@ -7,6 +7,8 @@
 //                           vocabulary, weights in F32, F16, Q8_0, Q4_0, Q4_1;
 //                           q4_k_m: n_embd 256, n_ff 256, Q4_K with a Q5_K
 //                           attn_v and a Q6_K ffn_down (as Q4_K_M files mix)
+//   tiny_llama_<type>_<target>.gguf  the Q8_0/Q4_0/Q4_1 ones laid out for
+//                           the kernels (`quantize --layout`)
 //   vocab_bpe.gguf          a byte-level BPE vocabulary with merges, no tensors
 //   every_value.gguf        one key of each value type, nested arrays
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "models/gguf.h"
+#include "models/layout_file.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 
@@ -167,6 +170,17 @@ int main(int argc, char** argv) {
         {"f32", Type::F32}, {"f16", Type::F16}, {"q8_0", Type::Q8_0}, {"q4_0", Type::Q4_0}, {"q4_1", Type::Q4_1},
         {"q4_k_m", Type::Q4_K}};
     for (const auto& [name, type] : types) tiny_llama(type).write(dir + "/tiny_llama_" + name + ".gguf");
+    // Laid out for the kernels (quant/prelaid.h): 4-row groups (x86 and
+    // aarch64 Q4_0 nibbles) and 16-row groups.
+    const std::pair<const char*, Type> laid[] = {{"q4_0", Type::Q4_0}, {"q4_1", Type::Q4_1}, {"q8_0", Type::Q8_0}};
+    for (const auto& [name, type] : laid) {
+      const std::vector<uint8_t> plain = tiny_llama(type).to_bytes();
+      auto f = lilims::gguf::File::from_bytes(plain.data(), plain.size());
+      for (const char* target : {"avx2", "avx512vnni", "neon"}) {
+        if (std::string(target) == "neon" && type != Type::Q4_0) continue;  // the same bytes as avx2
+        lilims::gguf::lay_out(*f, target).write(dir + "/tiny_llama_" + name + "_" + target + ".gguf");
+      }
+    }
     vocab_bpe().write(dir + "/vocab_bpe.gguf");
     every_value().write(dir + "/every_value.gguf");
   } catch (const std::exception& e) {

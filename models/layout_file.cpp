@@ -1,0 +1,106 @@
+#include "models/layout_file.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu.h"
+#include "quant/prelaid.h"
+#include "quant/repack.h"
+
+namespace lilims::gguf {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The layout a target stores a type in, or nothing (kLayoutGguf) when none holds it.
+quant::PrelaidType layout_for(const std::string& target, quant::Type type) {
+  quant::PrelaidType p;
+  p.type = type;
+  p.layout = target == "avx512vnni" ? quant::kLayoutX16 : quant::kLayoutX4;
+  p.q4_0_xor = target == "neon" && type == quant::Type::Q4_0;
+  if (quant::repacked_bytes(type, p.layout, 1, quant::kBlock) == 0) p.layout = quant::kLayoutGguf;
+  return p;
+}
+
+// A layer's tensors a load stacks into one weight, in their stacking order.
+const std::vector<std::vector<std::string>> kStacks = {
+    {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, {"ffn_gate.weight", "ffn_up.weight"}};
+
+}  // namespace
+
+std::string layout_target(const std::string& name) {
+  if (name == "avx2" || name == "avx512vnni" || name == "neon" || name == "gguf") return name;
+  if (name == "avx512") return "avx512vnni";
+  if (name == "native") {
+    const kernels::Isa isa = kernels::active_isa();
+    if (isa == kernels::Isa::neon) return "neon";
+    if (isa == kernels::Isa::avx2) return kernels::vnni_enabled() ? "avx512vnni" : "avx2";
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT,
+                "[quantize] --layout native: this CPU runs the reference kernels, which read every layout; "
+                "name the CPUs the file is for (avx2, avx512vnni, neon)");
+  }
+  throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --layout expects native, avx2, avx512vnni, neon or gguf, got '" +
+                                               name + "'");
+}
+
+Writer lay_out(const File& in, const std::string& target) {
+  in.require_readable_types();
+  const bool tied = in.find_tensor("output.weight") == nullptr;
+  Writer out;
+  out.set_alignment(static_cast<uint32_t>(std::max<uint64_t>(in.alignment(), quant::kPrelaidAlignment)));
+  for (const KeyValue& kv : in.metadata()) {
+    if (kv.key != "general.alignment") out.add(kv.key, kv.value);
+  }
+  out.add_u32(quant::kLayoutVersionKey, quant::kLayoutVersion);
+  out.add_string(quant::kLayoutTargetKey, target);
+
+  auto emit = [&](const TensorInfo& t) {
+    const quant::TypeTraits* tt = quant::type_traits(t.type);
+    const bool matmul = t.ne.size() == 2 && ends_with(t.name, ".weight") && tt &&
+                        (t.name != "token_embd.weight" || tied);
+    const quant::PrelaidType p = matmul ? layout_for(target, tt->type) : quant::PrelaidType{};
+    if (p.layout == quant::kLayoutGguf) {
+      out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
+      return;
+    }
+    const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
+    std::vector<uint8_t> bytes(quant::prelaid_bytes(p, rows, cols));
+    quant::repack(p.type, p.layout, t.data, rows, cols, bytes.data());
+    if (p.q4_0_xor != quant::native_prelaid(p.type, p.layout).q4_0_xor) {
+      quant::flip_q4_0_x4_variant(bytes.data(), rows, cols);
+    }
+    out.add_tensor(t.name, t.ne, quant::prelaid_type_id(p), bytes.data(), bytes.size());
+  };
+
+  std::set<std::string> done;
+  for (const TensorInfo& t : in.tensors()) {
+    if (done.count(t.name)) continue;
+    // A member of a stack brings the whole stack, in order.
+    const std::vector<std::string>* stack = nullptr;
+    std::string prefix;
+    for (const auto& s : kStacks) {
+      for (const std::string& member : s) {
+        if (ends_with(t.name, "." + member)) {
+          stack = &s;
+          prefix = t.name.substr(0, t.name.size() - member.size());
+        }
+      }
+    }
+    if (!stack) {
+      emit(t);
+      done.insert(t.name);
+      continue;
+    }
+    for (const std::string& member : *stack) {
+      const TensorInfo* m = in.find_tensor(prefix + member);
+      if (m && done.insert(m->name).second) emit(*m);
+    }
+  }
+  return out;
+}
+
+}  // namespace lilims::gguf
