@@ -7,7 +7,8 @@
 // chunk and needs no shuffle; or, where the AVX-512 VNNI kernels run, into
 // kLayoutX16: groups of 16 rows, quants interleaved 4 bytes per row, one
 // row per 32-bit lane of a 64-byte register.  Activations are quantized on the fly to Q8_0
-// (for Q8_0/Q4_0 weights) or Q8_1 (for Q4_1), once per matmul.
+// (for Q8_0/Q4_0/Q5_0 weights) or Q8_1 (for Q4_1), once per matmul.  Q5_0
+// is repacked into kLayoutX16 only, and read in its GGUF layout elsewhere.
 //
 // Every kernel is listed once in kernels/matmul_kernels.inc; that list feeds
 // the dispatch table (matmul_dispatch.cpp), tests/kernels and bench/kernels.
@@ -81,7 +82,8 @@ struct PackedWeight {  // a weight matrix ready for the kernels
 
 // Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
 // repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref;
-// into kLayoutX16 when vnni_enabled(), else kLayoutX4) a row-major GGUF
+// into kLayoutX16 when vnni_enabled(), else kLayoutX4; Q5_0 only into
+// kLayoutX16) a row-major GGUF
 // matrix.  `data` must outlive the result when not repacked.
 // cols must be a multiple of 32 for the block types.  Throws lilims::Error.
 //
@@ -128,7 +130,7 @@ bool feature_available(Feature f);
 const char* feature_name(Feature f);  // "avx512vnni", ...
 
 // Activation format a weight type is multiplied with (quant::traits(weight
-// type).act_type): Q8_0/Q4_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->
+// type).act_type): Q8_0/Q4_0/Q5_0 -> Q8_0 blocks, Q4_1 -> Q8_1 blocks, F16/F32 ->
 // F32 rows.
 quant::Type act_type(quant::Type weight_type);
 // Bytes of one activation row of k elements in that format.
@@ -154,6 +156,7 @@ struct MatmulKernel {
   Isa isa;               // the path it belongs to
   Feature needs;         // CPU feature it needs
   MatmulKernelFn fn;
+  bool keeps;            // see matmul_kernels.inc and kept_at_load
 };
 
 struct QuantizeKernel {
@@ -174,6 +177,15 @@ int preferred_layout(quant::Type type);
 // The best kernel of a path for a weight (type, layout) on this CPU; falls
 // back to the ref kernel, which reads every layout.
 const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout);
+// Whether a weight of `type` is kept as it is at load on this CPU and
+// active ISA (false for a type with no kernel at all: Q2_K, BF16, ...).
+// True for the kernel types the loader has no conversion for; for the
+// others (quant::dequant_traits(type) names one: Q5_0 -> Q8_0) only when
+// the kernel that would run it (select_matmul_kernel on preferred_layout)
+// is marked `keeps` in matmul_kernels.inc: measured no slower than the
+// converted type's kernels.  Q5_0 is kept where the AVX-512 VNNI kernels
+// run; on AVX2-only and NEON CPUs it becomes Q8_0 at load.
+bool kept_at_load(quant::Type type);
 // nullptr for F32/F16 weights (no activation quantization).
 const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype);
 

@@ -10,12 +10,13 @@
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/quantize_q8_ref.h"
+#include "quant/dequant_ref.h"
 #include "quant/repack.h"
 
 namespace lilims::kernels {
 
 // Declarations of the SIMD kernels (the refs come from their headers).
-#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature)                          \
+#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature, keeps)                   \
   void name(const PackedWeight& W, int64_t r0, int64_t r1, const void* x, size_t x_stride, \
             int64_t n, float* y, int64_t ldy);
 #define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature) void name(const float* x, void* y, int64_t k);
@@ -25,8 +26,8 @@ namespace lilims::kernels {
 
 const std::vector<MatmulKernel>& matmul_kernels() {
   static const std::vector<MatmulKernel> list = {
-#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature) \
-  {#name, quant::Type::wtype, layout, Isa::isa, Feature::feature, name},
+#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature, keeps) \
+  {#name, quant::Type::wtype, layout, Isa::isa, Feature::feature, name, keeps != 0},
 #define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature)
 #include "kernels/matmul_kernels.inc"
 #undef LILIMS_MATMUL_KERNEL
@@ -37,7 +38,7 @@ const std::vector<MatmulKernel>& matmul_kernels() {
 
 const std::vector<QuantizeKernel>& quantize_kernels() {
   static const std::vector<QuantizeKernel> list = {
-#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature)
+#define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature, keeps)
 #define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature) \
   {#name, quant::Type::type, Isa::isa, Feature::feature, name},
 #include "kernels/matmul_kernels.inc"
@@ -86,7 +87,10 @@ template <class K, class Match>
 const K* pick(const std::vector<K>& list, Isa isa, Match match) {
   const K* best = nullptr;
   for (const K& k : list) {
-    if (match(k) && k.isa == isa && feature_available(k.needs)) best = &k;
+    // LILIMS_ISA=avx2 turns the AVX-512 VNNI kernels off on a CPU that has
+    // them (kernels reading kLayoutGguf would otherwise still match).
+    const bool on = feature_available(k.needs) && (k.needs != Feature::avx512vnni || vnni_enabled());
+    if (match(k) && k.isa == isa && on) best = &k;
   }
   if (best) return best;
   for (const K& k : list) {
@@ -115,8 +119,36 @@ const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
 }
 
 int preferred_layout(quant::Type type) {
-  if (!quant::repackable_x4(type) || active_isa() == Isa::ref) return kLayoutGguf;
-  return vnni_enabled() ? kLayoutX16 : kLayoutX4;
+  if (active_isa() == Isa::ref) return kLayoutGguf;
+  const int layout = vnni_enabled() ? kLayoutX16 : kLayoutX4;
+  return quant::repackable(type, layout) ? layout : kLayoutGguf;
+}
+
+namespace {
+// Kernels of a higher tier (a later feature of the same family) run the
+// same work faster: avx2 < avx512vnni, neon < dotprod < i8mm.
+int feature_tier(Feature f) {
+  switch (f) {
+    case Feature::none: return 0;
+    case Feature::avx2: case Feature::neon: return 1;
+    case Feature::avx512vnni: case Feature::dotprod: return 2;
+    case Feature::i8mm: return 3;
+  }
+  return 0;
+}
+}  // namespace
+
+bool kept_at_load(quant::Type type) {
+  if (!quant::type_traits((uint32_t)type)) return false;  // no kernel at all (Q2_K, BF16, ...)
+  const quant::DequantTraits* conv = quant::dequant_traits((uint32_t)type);
+  if (!conv) return true;
+  const MatmulKernel& k = select_matmul_kernel(active_isa(), type, preferred_layout(type));
+  if (!k.keeps) return false;
+  // A kernel measured no slower than the converted type's kernel of its own
+  // tier may still lose to a higher tier's (an AVX2 kernel against the
+  // converted type's AVX-512 VNNI one): kept only at the same tier or above.
+  const MatmulKernel& c = select_matmul_kernel(active_isa(), conv->load_as, preferred_layout(conv->load_as));
+  return feature_tier(k.needs) >= feature_tier(c.needs);
 }
 
 namespace {

@@ -109,7 +109,7 @@ class Reader {
     Weight w = weight_of(t, name, rows, cols);
     if (quant::prelaid_type(t.type, &w.prelaid)) {
       w.type = w.prelaid.type;
-    } else if (!quant::type_traits(t.type)) {
+    } else if (!quant::type_traits(t.type) || !kernels::kept_at_load(w.type)) {
       requantize(t, w);
     }
     return w;

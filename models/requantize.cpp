@@ -95,7 +95,7 @@ TensorTypeRule parse_tensor_type_rule(const std::string& text) {
   const quant::TypeTraits* tt = quant::type_traits_by_name(type_name);
   if (!tt || file_type_of(tt->type) < 0) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type " + text + ": unknown type '" +
-                                                 type_name + "' (Q4_0, Q4_1, Q8_0, F16, F32)");
+                                                 type_name + "' (Q4_0, Q4_1, Q5_0, Q8_0, F16, F32)");
   }
   return {text.substr(0, eq), tt->type};
 }
@@ -223,7 +223,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const quant::TypeTraits* d = dst_of(k);
     if (d || !folded(in.tensors()[k])) return d;
     d = quant::type_traits(in.tensors()[k].type);
-    if (!d) {
+    if (!d || !d->from_float) {  // the K-quants are read, not written
       throw Error(LILIMS_ERR_UNSUPPORTED, "[quantize] cannot write the scaled " + in.tensors()[k].name);
     }
     return d;

@@ -23,20 +23,6 @@ void bf16_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
-void q5_0_to_float(const void* src, float* dst, int64_t n) {
-  const BlockQ5_0* b = static_cast<const BlockQ5_0*>(src);
-  for (int64_t i = 0; i < n / kBlock; ++i, dst += kBlock) {
-    const float d = fp16_to_fp32(b[i].d);
-    const uint32_t qh = load_u32le(b[i].qh);
-    for (int j = 0; j < kBlock / 2; ++j) {
-      const int lo = (b[i].qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
-      const int hi = (b[i].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-      dst[j] = d * (float)(lo - 16);
-      dst[j + kBlock / 2] = d * (float)(hi - 16);
-    }
-  }
-}
-
 void q5_1_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ5_1* b = static_cast<const BlockQ5_1*>(src);
   for (int64_t i = 0; i < n / kBlock; ++i, dst += kBlock) {
@@ -113,6 +99,8 @@ void q3_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+}  // namespace
+
 // Q4_K/Q5_K's eight 6-bit (scale, min) pairs in 12 bytes: pairs 0-3 in the
 // low 6 bits of bytes 0-3 (scales) and 4-7 (mins); pairs 4-7 take their low
 // nibbles from bytes 8-11 and their top two bits from the spare bits 6-7 of
@@ -126,6 +114,8 @@ void k_scale_min(const uint8_t* s, int j, int* scale, int* min) {
     *min = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
   }
 }
+
+namespace {
 
 // One super-block of Q4_K (qh nullptr) or Q5_K (qh: the fifth bits, sub-block
 // j's in bit j of the 32 bytes).  Each 64 elements take 32 bytes of qs: low
@@ -148,6 +138,8 @@ void q4_5_k_block_to_float(uint16_t d16, uint16_t dmin16, const uint8_t* scales,
     }
   }
 }
+
+}  // namespace
 
 void q4_k_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ4_K* b = static_cast<const BlockQ4_K*>(src);
@@ -189,15 +181,25 @@ void q6_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+namespace {
+
 // load_as, by error first, then size.  Q4_K -> Q4_1: exact up to fp16
 // rounding of the scales (transcode_q4_k_to_q4_1), 5 bits per weight instead
 // of 4.5.  Everything else -> Q8_0 (8.5 bits): its rounding error (at most
 // 1/254 of each 32-block's largest magnitude) is far below that of the
 // source formats (3 to 6 bits), so re-quantizing barely moves the weights,
 // where a 4-bit kernel type would add an error as large as the source's own
-// (Q2_K/Q3_K/Q6_K sub-blocks of 16 have two scales per Q4_1 block; Q5_x,
+// (Q2_K/Q3_K/Q6_K sub-blocks of 16 have two scales per Q4_1 block; Q5_1,
 // IQ4_NL and Q6_K have more than 16 levels per block).  BF16 has 8
 // significant bits; Q8_0 keeps 7-8 per element relative to the block max.
+// Q5_0, Q4_K, Q5_K and Q6_K are kernel types (quant/quant.h): their
+// entries are the conversions the loader applies only where
+// kernels::kept_at_load says this CPU has no kernel for them as fast as the
+// converted type's.
+void q5_0_to_float(const void* src, float* dst, int64_t n) {
+  traits(Type::Q5_0).to_float(src, dst, n);
+}
+
 const DequantTraits kDequant[] = {
     {6, "Q5_0", kBlock, sizeof(BlockQ5_0), q5_0_to_float, Type::Q8_0, nullptr},
     {7, "Q5_1", kBlock, sizeof(BlockQ5_1), q5_1_to_float, Type::Q8_0, nullptr},

@@ -1,7 +1,9 @@
 // Reference dequantizers for GGML types lilims has no kernels for: the
-// K-quants (Q2_K..Q6_K), Q5_0/Q5_1, IQ4_NL and BF16, as community GGUFs
+// K-quants (Q2_K..Q6_K), Q5_1, IQ4_NL and BF16, as community GGUFs
 // ship them.  A model in one of these is dequantized and re-quantized to a
-// kernel type when it loads (models/load.cpp) or once by `lilims quantize`.
+// kernel type when it loads (models/load.cpp) or once by `lilims quantize`;
+// so is a kernel type on a CPU where its kernels are slower than the
+// converted type's (kernels::kept_at_load).
 //
 // Block layouts are GGML's byte for byte (each struct below has its size
 // asserted).  Every value is d * q (+ min) computed in float: the products of
@@ -19,23 +21,11 @@
 
 namespace lilims::quant {
 
-constexpr int kBlockK = 256;  // elements per K-quant super-block
-
 // Each block struct below says its element formula (x[e] for e in the block;
 // d, dmin and m are fp16) and where element e's bits are, and asserts its size.
 
-// Q5_0, 32 elements in 22 bytes (5.5 bits each): x[e] = d * (q - 16), q 0..31;
-// q's low 4 bits are the low nibble of qs[e] for e < 16, the high nibble of
-// qs[e - 16] after (Q4_0's order), and bit 4 is bit e of qh.
-struct BlockQ5_0 {
-  uint16_t d;
-  uint8_t qh[4];  // a little-endian 32-bit mask
-  uint8_t qs[kBlock / 2];
-};
-static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
-
 // Q5_1, 32 elements in 24 bytes (6 bits each): x[e] = d * q + m, q 0..31 in
-// the bits of Q5_0.
+// the bits of Q5_0 (quant/quant.h: BlockQ5_0, a kernel type).
 struct BlockQ5_1 {
   uint16_t d;
   uint16_t m;
@@ -77,43 +67,12 @@ struct BlockQ3_K {
 };
 static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
 
-// Q4_K, 256 elements in 144 bytes (4.5 bits each), 8 sub-blocks of 32:
-// x[e] = d * scale[j] * q - dmin * min[j] with j = e / 32, (scale, min) eight
-// 6-bit pairs packed in 12 bytes (k_scale_min in dequant_ref.cpp), q 0..15.
-// For e = 64 * c + 32 * p + l (l < 32), q is nibble p (0 low, 1 high) of
-// qs[32 * c + l].
-struct BlockQ4_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qs[kBlockK / 2];
-};
-static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
-
-// Q5_K, 256 elements in 176 bytes (5.5 bits each): Q4_K's formula and
-// scales with q 0..31, its low 4 bits in qs as in Q4_K and bit 4 bit e / 32
-// of qh[e % 32].
-struct BlockQ5_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qh[kBlockK / 8];
-  uint8_t qs[kBlockK / 2];
-};
-static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
-
-// Q6_K, 256 elements in 210 bytes (6.5625 bits each), 16 sub-blocks of 16:
-// x[e] = d * scales[e / 16] * (q - 32), q 0..63.  For e = 128 * h + 32 * k +
-// l (l < 32), q's low 4 bits are the low (k < 2) or high (k >= 2) nibble of
-// ql[64 * h + 32 * (k % 2) + l], its top 2 bits bits 2k..2k+1 of
-// qh[32 * h + l].
-struct BlockQ6_K {
-  uint8_t ql[kBlockK / 2];
-  uint8_t qh[kBlockK / 4];
-  int8_t scales[kBlockK / 16];
-  uint16_t d;
-};
-static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
+// Q4_K/Q5_K's (scale, min) pair j (0..7) from the 12 scale bytes.
+void k_scale_min(const uint8_t* scales, int j, int* scale, int* min);
+// Scalar dequantizers of the K-quant kernel types (quant::traits' to_float).
+void q4_k_to_float(const void* src, float* dst, int64_t n);
+void q5_k_to_float(const void* src, float* dst, int64_t n);
+void q6_k_to_float(const void* src, float* dst, int64_t n);
 
 // Geometry and scalar dequantizer of a GGML type lilims reads but has no
 // kernel for.
@@ -135,8 +94,10 @@ struct DequantTraits {
 // its scale and min rounded to fp16 (relative error at most 2^-11 each).
 void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n);
 
-// The entry of a type lilims can only dequantize, or nullptr (for its kernel
-// types too: ask type_traits() for those).
+// The load-time conversion of a type: for a type lilims can only dequantize
+// (type_traits() nullptr) the one way it loads; for a kernel type listed
+// here (Q5_0) the way it loads where kernels::kept_at_load() is false.
+// nullptr for every other type.
 const DequantTraits* dequant_traits(uint32_t ggml_type);
 
 // Geometry and to_float of any type lilims can read, kernel type or not.

@@ -18,11 +18,18 @@ enum class Type : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
   Q8_0 = 8,
   Q8_1 = 9,  // activation-side format (Q8 with the block sum); not a weight type here
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
 };
 
-constexpr int kBlock = 32;  // elements per block of every quantized type
+constexpr int kBlock = 32;    // elements per block of Q4_0/Q4_1/Q5_0/Q8_0/Q8_1
+constexpr int kBlockK = 256;  // elements per super-block of the K-quants
+// A type's own block size is traits(type).block_size; code that handles
+// every type asks that, not these.
 
 // Q8_0: d * q[i]
 struct BlockQ8_0 {
@@ -46,6 +53,16 @@ struct BlockQ4_1 {
 };
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
 
+// Q5_0: d * (q - 16), q 0..31; q's low 4 bits are the low nibble of qs[e]
+// for e < 16, the high nibble of qs[e - 16] after (Q4_0's order), and bit 4
+// is bit e of qh (a little-endian 32-bit mask, bytes: no alignment beyond 2).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
+
 // Q8_1 (activations for Q4_1 dot products): d * q[i], s = d * sum(q) in fp16.
 struct BlockQ8_1 {
   uint16_t d;
@@ -54,10 +71,67 @@ struct BlockQ8_1 {
 };
 static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block is 36 bytes");
 
+// Q4_K, 256 elements in 144 bytes (4.5 bits each), 8 sub-blocks of 32:
+// x[e] = d * scale[j] * q - dmin * min[j] with j = e / 32, (scale, min) eight
+// 6-bit pairs packed in 12 bytes (k_scale_min in dequant_ref.cpp), q 0..15.
+// For e = 64 * c + 32 * p + l (l < 32), q is nibble p (0 low, 1 high) of
+// qs[32 * c + l].
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kBlockK / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
+
+// Q4_K/Q5_K's 12 scale bytes -> the 8 six-bit scales and the 8 mins.  As
+// little-endian words w0..w2: scales 0-3 are w0's low 6 bits per byte, mins
+// 0-3 w1's; scales 4-7 are w2's low nibbles with w0's top two bits above
+// them, mins 4-7 w2's high nibbles with w1's top two bits.  (Word-wide, for
+// the kernels; quant/dequant_ref.cpp's k_scale_min reads the same bits one
+// pair at a time.)
+inline void k_scales_mins(const uint8_t* s, uint8_t scales[8], uint8_t mins[8]) {
+  uint32_t w[3] = {0, 0, 0};
+  for (int i = 0; i < 12; ++i) w[i / 4] |= (uint32_t)s[i] << (8 * (i % 4));
+  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  const uint32_t v[4] = {w[0] & m6, (w[2] & m4) | ((w[0] >> 6) & m2) << 4, w[1] & m6,
+                         ((w[2] >> 4) & m4) | ((w[1] >> 6) & m2) << 4};
+  for (int i = 0; i < 8; ++i) {
+    scales[i] = (uint8_t)(v[i / 4] >> (8 * (i % 4)));
+    mins[i] = (uint8_t)(v[2 + i / 4] >> (8 * (i % 4)));
+  }
+}
+
+// Q5_K, 256 elements in 176 bytes (5.5 bits each): Q4_K's formula and
+// scales with q 0..31, its low 4 bits in qs as in Q4_K and bit 4 bit e / 32
+// of qh[e % 32].
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kBlockK / 8];
+  uint8_t qs[kBlockK / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
+
+// Q6_K, 256 elements in 210 bytes (6.5625 bits each), 16 sub-blocks of 16:
+// x[e] = d * scales[e / 16] * (q - 32), q 0..63.  For e = 128 * h + 32 * k +
+// l (l < 32), q's low 4 bits are the low (k < 2) or high (k >= 2) nibble of
+// ql[64 * h + 32 * (k % 2) + l], its top 2 bits bits 2k..2k+1 of
+// qh[32 * h + l].
+struct BlockQ6_K {
+  uint8_t ql[kBlockK / 2];
+  uint8_t qh[kBlockK / 4];
+  int8_t scales[kBlockK / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
+
 // How a weight may be rearranged for the SIMD kernels (quant/repack.h).
 enum class Repack : uint8_t {
   none,  // read in its GGUF layout
-  x4,    // 4-row interleaved groups (kernels::kLayoutX4)
+  x4,    // 4-row interleaved groups (kernels::kLayoutX4), or 16 (kLayoutX16)
+  x16,   // 16-row groups only (kLayoutX16, where the AVX-512 VNNI kernels run)
 };
 
 // plain: GGML's reference rounding; search: least squared error per block
@@ -74,7 +148,8 @@ struct TypeTraits {
   size_t scale_bytes;
   // Scalar reference: n elements (a multiple of block_size) to float.
   void (*to_float)(const void* src, float* dst, int64_t n);
-  // Scalar reference: n floats (a multiple of block_size) into this format.
+  // Scalar reference: n floats (a multiple of block_size) into this format;
+  // nullptr for the K-quants (read, never written).
   void (*from_float)(const float* src, void* dst, int64_t n, QuantMethod method);
   Type act_type;       // the format activations are quantized to for its matmul
   Repack repack;       // the layout the kernels prefer, none if they read GGUF's

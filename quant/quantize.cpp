@@ -388,6 +388,30 @@ void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, QuantMethod meth
   }
 }
 
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / kBlock; ++i, x += kBlock) {
+    float amax = 0, max = 0;  // max: the value of largest magnitude, with its sign
+    for (int j = 0; j < kBlock; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16;
+    const float id = d != 0 ? 1 / d : 0;
+    y[i].d = fp32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kBlock / 2; ++j) {
+      // x * id lies in [-16, 16]: + 16.5 is in [0.5, 32.5], the int8 cast truncates.
+      const int lo = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+      const int hi = std::min(31, static_cast<int>(static_cast<int8_t>(x[j + kBlock / 2] * id + 16.5f)));
+      y[i].qs[j] = static_cast<uint8_t>((lo & 0x0f) | (hi & 0x0f) << 4);
+      qh |= static_cast<uint32_t>(lo >> 4) << j | static_cast<uint32_t>(hi >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; ++k) y[i].qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+  }
+}
+
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
@@ -419,7 +443,7 @@ bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n, co
 
 bool quantize_row(Type type, const float* src, void* dst, int64_t n, QuantMethod method) {
   const TypeTraits& t = traits(type);
-  if (t.type != type || !t.weight) return false;
+  if (t.type != type || !t.weight || !t.from_float) return false;
   t.from_float(src, dst, n, method);
   return true;
 }

@@ -42,8 +42,8 @@ namespace lilims::quant {
 
 // src: n floats; dst: the row in `type`'s layout (row_bytes(type, n) bytes).
 // n must be a multiple of the type's block size.  The weight types
-// (traits(type).weight: F32, F16, Q4_0, Q4_1, Q8_0; F32/F16 ignore the
-// method); returns false for another type.
+// (traits(type).weight: F32, F16, Q4_0, Q4_1, Q5_0, Q8_0; F32/F16/Q5_0
+// ignore the method); returns false for another type.
 bool quantize_row(Type type, const float* src, void* dst, int64_t n,
                   QuantMethod method = QuantMethod::plain);
 
@@ -96,6 +96,9 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n,
 void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n, QuantMethod method);
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, QuantMethod method);
+// GGML's reference Q5_0 rounding (the only method: `search` gives the same
+// bytes): d = (signed value of max |x|) / -16, q = min(31, trunc(x / d + 16.5)).
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n);
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
 
 }  // namespace lilims::quant

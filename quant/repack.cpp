@@ -30,12 +30,18 @@ size_t quant_bytes(Type type) { return traits(type).block_bytes - traits(type).s
 
 bool repackable_x4(Type type) { return traits(type).repack == Repack::x4; }
 
+bool repackable(Type type, int layout) {
+  const Repack r = traits(type).repack;
+  return (layout == kLayoutX4 && r == Repack::x4) ||
+         (layout == kLayoutX16 && (r == Repack::x4 || r == Repack::x16));
+}
+
 int layout_group_rows(int layout) {
   return layout == kLayoutGguf ? 1 : interleave(layout).rows;
 }
 
 size_t repacked_bytes(Type type, int layout, int64_t rows, int64_t cols) {
-  if (!repackable_x4(type) || layout == kLayoutGguf) return 0;
+  if (!repackable(type, layout)) return 0;
   const int64_t g = interleave(layout).rows;
   return (size_t)((rows + g - 1) / g) * (size_t)(cols / kBlock) * (size_t)g * traits(type).block_bytes;
 }
@@ -118,7 +124,7 @@ void row_to_float(Type type, int layout, const void* packed, int64_t cols, int64
     return;
   }
   alignas(16) uint8_t blk[64];
-  static_assert(sizeof(BlockQ8_0) <= sizeof blk && sizeof(BlockQ4_1) <= sizeof blk, "a block fits");
+  static_assert(sizeof(BlockQ8_0) <= sizeof blk && sizeof(BlockQ5_0) <= sizeof blk, "a block fits");
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     block_from_packed(type, layout, packed, cols, row, b, blk);
     t.to_float(blk, out + b * kBlock, kBlock);

@@ -10,6 +10,7 @@
 //   Q8_0: chunk c = elements C*c..C*c+C-1.
 //   Q4_0/Q4_1: chunk c = packed bytes C*c..C*c+C-1 of the GGUF block, i.e.
 //     elements C*c.. in the low nibbles and 16+C*c.. in the high.
+//   Q5_0 (kLayoutX16 only): the 20 bytes after d as they are, qh then qs.
 // When rows % G != 0 the last group is padded with zero blocks (scale 0),
 // which kernels read but never write out.
 //
@@ -65,6 +66,16 @@ struct BlockQ4_1x4 {
 };
 static_assert(sizeof(BlockQ4_1x4) == 80, "Q4_1x4 block is 80 bytes");
 
+// Q5_0 in kLayoutX16: its 20 bytes after d are 5 chunks of 4, so chunk 0
+// is qh (row r's 32-bit mask at qh[r]: one row per lane of a 64-byte load)
+// and chunks 1-4 the nibbles, as in BlockQ4_0x16.
+struct BlockQ5_0x16 {
+  uint16_t d[16];
+  uint32_t qh[16];      // (row 16), little-endian
+  uint8_t qs[16 * 16];  // (chunk 4, row 16, 4 bytes)
+};
+static_assert(sizeof(BlockQ5_0x16) == 352, "Q5_0x16 block is 352 bytes");
+
 struct BlockQ8_0x16 {
   uint16_t d[16];
   uint8_t qs[16 * 32];  // (chunk 8, row 16, 4 bytes), q + 128
@@ -87,6 +98,9 @@ static_assert(sizeof(BlockQ4_1x16) == 320, "Q4_1x16 block is 320 bytes");
 // True for the types the interleaved layouts hold (traits(type).repack ==
 // Repack::x4: Q8_0, Q4_0, Q4_1).
 bool repackable_x4(Type type);
+// True when `layout` (not kLayoutGguf) holds `type`: the x4 types in both,
+// Q5_0 (Repack::x16) in kLayoutX16 only.
+bool repackable(Type type, int layout);
 // Rows per group of a layout: 1 (GGUF), 4, 16.
 int layout_group_rows(int layout);
 // Bytes of the repacked matrix (rows rounded up to a multiple of G); 0 for a

@@ -32,7 +32,7 @@ void report(const ModelOptions& opt, float fraction) {
 
 bool is_block_type(uint32_t t) {
   return t == (uint32_t)quant::Type::Q8_0 || t == (uint32_t)quant::Type::Q4_0 ||
-         t == (uint32_t)quant::Type::Q4_1;
+         t == (uint32_t)quant::Type::Q4_1 || t == (uint32_t)quant::Type::Q5_0;
 }
 
 // Refuses, before anything large is allocated, what the budget (or the

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "models/gguf.h"
 #include "quant/dequant_ref.h"
 #include "quant/prelaid.h"
@@ -158,7 +159,9 @@ int inspect_file(const std::string& path, bool all) {
     const bool readable = prelaid || lilims::quant::readable_type(t.type, nullptr);
     const std::string type_name =
         prelaid ? lilims::quant::prelaid_type_name(t.type) : lilims::quant::ggml_type_name(t.type);
-    if (const lilims::quant::DequantTraits* dq = lilims::quant::dequant_traits(t.type)) {
+    const lilims::quant::DequantTraits* dq = lilims::quant::dequant_traits(t.type);
+    if (dq && (!lilims::quant::type_traits(t.type) ||
+               !lilims::kernels::kept_at_load(static_cast<lilims::quant::Type>(t.type)))) {
       ++requantized;
       ++requantized_types[std::string(dq->name) + " -> " + lilims::quant::traits(dq->load_as).name];
     }
@@ -178,7 +181,7 @@ int inspect_file(const std::string& path, bool all) {
     for (const auto& [conv, n] : requantized_types) {
       what += (what.empty() ? "" : ", ") + std::to_string(n) + " " + conv;
     }
-    std::printf("%" PRIu64 " tensor(s) of types lilims has no kernels for, re-quantized at load (%s)\n",
+    std::printf("%" PRIu64 " tensor(s) of types lilims has no kernels for on this CPU, re-quantized at load (%s)\n",
                 requantized, what.c_str());
   }
   if (unreadable) {

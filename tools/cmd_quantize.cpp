@@ -24,7 +24,8 @@ namespace {
 const char kUsage[] =
     "usage: lilims quantize IN.gguf OUT.gguf TYPE [--method search|plain] [--layout TARGET]\n"
     "       [--tensor-type PATTERN=TYPE]... [--no-progress]\n"
-    "  TYPE      Q4_0, Q4_1, Q8_0 or F16 (also F32)\n"
+    "  TYPE      Q4_0, Q4_1, Q8_0 or F16 (also F32, and Q5_0: GGML's plain rounding only,\n"
+    "            whatever --method, --imatrix or --calibrate say)\n"
     "  --tensor-type PATTERN=TYPE  (repeatable) the 2-D weights whose name matches the glob\n"
     "            PATTERN ('*' any run, '?' one character, [0-9] a class; the whole name) take\n"
     "            TYPE instead; the first matching rule wins. E.g. token_embd.weight=Q8_0,\n"
@@ -58,7 +59,7 @@ const char kUsage[] =
     "                 line every 5 seconds)\n"
     "Every 2-D weight whose rows split into whole blocks is re-quantized (token_embd\n"
     "included), 1-D tensors are stored as F32, other tensors and all metadata are kept.\n"
-    "IN may hold types lilims has no kernels for (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, BF16):\n"
+    "IN may hold types lilims has no kernels for (Q2_K..Q6_K, Q5_1, IQ4_NL, BF16):\n"
     "they are dequantized exactly first, so OUT loads without re-quantizing each time.\n";
 
 int cmd_quantize(int argc, char** argv) {
@@ -133,7 +134,7 @@ int cmd_quantize(int argc, char** argv) {
   if (n_pos != 3) return lilims::cli::fail("quantize", "expects IN.gguf OUT.gguf TYPE (try --help)");
   const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(pos[2]);
   if (!tt) {
-    return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (Q4_0, Q4_1, Q8_0, F16, F32)");
+    return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (Q4_0, Q4_1, Q5_0, Q8_0, F16, F32)");
   }
   const Type type = tt->type;
   const std::string tn = tt->name;

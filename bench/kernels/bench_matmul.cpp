@@ -150,10 +150,12 @@ std::vector<uint8_t> random_weights(Type t, int64_t rows, int64_t cols) {
     uint16_t* h = reinterpret_cast<uint16_t*>(w.data());
     for (int64_t i = 0; i < rows * cols; ++i) h[i] = lilims::fp32_to_fp16((float)((int8_t)(h[i] & 0xff)) / 128.0f);
   } else {
-    const size_t bb = t == Type::Q8_0 ? 34 : t == Type::Q4_0 ? 18 : 20;
+    const size_t bb = lilims::quant::traits(t).block_bytes;
+    // The fp16 scales: d first (Q6_K: last), then Q4_1's m, Q4_K/Q5_K's dmin.
+    const size_t at = t == Type::Q6_K ? bb - 2 : 0;
     for (size_t o = 0; o < w.size(); o += bb) {
-      std::memcpy(&w[o], &d, 2);
-      if (t == Type::Q4_1) std::memcpy(&w[o + 2], &d, 2);
+      std::memcpy(&w[o + at], &d, 2);
+      if (t == Type::Q4_1 || t == Type::Q4_K || t == Type::Q5_K) std::memcpy(&w[o + 2], &d, 2);
     }
   }
   return w;
@@ -372,6 +374,7 @@ int main(int argc, char** argv) {
   for (const kernels::MatmulKernel& k : kernels::matmul_kernels()) {
     if (!kernels::feature_available(k.needs)) continue;
     for (const ModelShape& s : kShapes) {
+      if (s.cols % lilims::quant::traits(k.wtype).block_size != 0) continue;  // K-quants: 256
       for (int threads : {1, 2}) {
         const std::string suffix = "/" + shape_name(s) + "/t" + std::to_string(threads);
         if (k.isa != kernels::Isa::ref) {

@@ -4,11 +4,16 @@
 // llama.cpp's key and tensor names, and the tokenizer is copied from another
 // GGUF (padded with placeholder tokens when the shape's vocabulary is larger).
 //
-//   gen_random_gguf --shape smollm2|tinyllama|phi3 --type f16|q8_0|q4_0|q4_1
+//   gen_random_gguf --shape smollm2|tinyllama|phi3 --type f16|q8_0|q4_0|q4_1|q4_k_m
 //                   --vocab-from TOKENIZER.gguf -o OUT.gguf [--seed S]
 //
 // Every 2-D weight (the embedding table and the LM head included, as
 // llama-quantize --pure makes them) is in the chosen type, norms in F32.
+// q4_k_m mixes types as llama-quantize's Q4_K_M does: Q6_K for the LM head
+// and for attn_v / ffn_down of the layers llama.cpp gives more bits (the
+// first and last eighth, every third between), Q4_K elsewhere.  lilims
+// writes no K-quants, so their blocks are random bytes under fixed finite
+// scales (d 2^-10, dmin 2^-11): only the speed of such a file means anything.
 // Weights are uniform in [-0.035, 0.035] (standard deviation ~0.02, as
 // initialisations use), norms 1.
 //
@@ -108,7 +113,7 @@ void put_u64(std::vector<uint8_t>& b, uint64_t v) {
 }
 
 // The shape's metadata and the tokenizer of `vocab_from`, padded to n_vocab.
-gguf::Writer metadata(const Shape& s, quant::Type type, const gguf::File& vocab_from,
+gguf::Writer metadata(const Shape& s, int file_type, const gguf::File& vocab_from,
                       uint32_t alignment) {
   gguf::Writer w;
   const std::string a = s.arch;
@@ -125,7 +130,7 @@ gguf::Writer metadata(const Shape& s, quant::Type type, const gguf::File& vocab_
   w.add_f32(a + ".rope.freq_base", s.rope_base);
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.add_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
-  w.add_u32("general.file_type", (uint32_t)gguf::file_type_of(type));
+  w.add_u32("general.file_type", (uint32_t)file_type);
   w.add_u32("general.quantization_version", 2);
 
   const gguf::Value* tokens = vocab_from.find("tokenizer.ggml.tokens");
@@ -172,20 +177,61 @@ void write_all(FILE* f, const void* p, size_t n, const std::string& path) {
   }
 }
 
+// Layer index of "blk.N.*" (-1 otherwise).
+int layer_of(const std::string& name) {
+  if (name.compare(0, 4, "blk.") != 0) return -1;
+  return std::atoi(name.c_str() + 4);
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// The type of a tensor: `type`, or for kQ4_K_M (type Q4_K) llama.cpp's mix.
+quant::Type type_of(const Shape& s, const TensorSpec& t, quant::Type type) {
+  if (t.is_norm) return quant::Type::F32;
+  if (type != quant::Type::Q4_K) return type;
+  if (t.name == "output.weight") return quant::Type::Q6_K;
+  const int i = layer_of(t.name), n = (int)s.n_layer;
+  const bool more_bits = i >= 0 && (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2);
+  if (more_bits && (ends_with(t.name, "attn_v.weight") || ends_with(t.name, "ffn_down.weight"))) {
+    return quant::Type::Q6_K;
+  }
+  return quant::Type::Q4_K;
+}
+
+// A K-quant row: random bytes, then the fp16 scales at their offsets.
+void random_k_row(quant::Type t, Rng& rng, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = (uint8_t)(rng.uniform() * 127.0f + 128.0f);
+  const size_t bb = quant::traits(t).block_bytes;
+  const uint16_t d = 0x1400, dmin = 0x1000;  // 2^-10, 2^-11
+  for (size_t o = 0; o < n; o += bb) {
+    if (t == quant::Type::Q6_K) {
+      std::memcpy(out + o + bb - 2, &d, 2);
+    } else {
+      std::memcpy(out + o, &d, 2);
+      std::memcpy(out + o + 2, &dmin, 2);
+    }
+  }
+}
+
 void generate(const Shape& s, quant::Type type, const std::string& vocab_path,
               const std::string& out_path, uint64_t seed) {
   constexpr uint32_t kAlign = 32;
   auto vocab_from = gguf::File::open(vocab_path);
   const std::vector<TensorSpec> specs = tensors_of(s);
 
-  std::vector<uint8_t> head = metadata(s, type, *vocab_from, kAlign).to_bytes();
+  // LLAMA_FTYPE_MOSTLY_Q4_K_M is 15.
+  const int ftype = type == quant::Type::Q4_K ? 15 : gguf::file_type_of(type);
+  std::vector<uint8_t> head = metadata(s, ftype, *vocab_from, kAlign).to_bytes();
   // The Writer wrote a file without tensors: set the count (bytes 8..15 of
   // the header) and append the tensor infos it would have written.
   for (int i = 0; i < 8; ++i) head[8 + i] = (uint8_t)((uint64_t)specs.size() >> (8 * i));
   std::vector<uint64_t> sizes;
   uint64_t offset = 0;
   for (const TensorSpec& t : specs) {
-    const quant::Type tt = t.is_norm ? quant::Type::F32 : type;
+    const quant::Type tt = type_of(s, t, type);
     const uint64_t bytes = (uint64_t)t.rows * quant::row_bytes(tt, t.cols);
     put_u64(head, t.name.size());
     head.insert(head.end(), t.name.begin(), t.name.end());
@@ -210,10 +256,15 @@ void generate(const Shape& s, quant::Type type, const std::string& vocab_path,
     const uint8_t zeros[kAlign] = {};
     for (size_t k = 0; k < specs.size(); ++k) {
       const TensorSpec& t = specs[k];
-      const quant::Type tt = t.is_norm ? quant::Type::F32 : type;
+      const quant::Type tt = type_of(s, t, type);
       row.resize((size_t)t.cols);
       packed.resize(quant::row_bytes(tt, t.cols));
       for (int64_t r = 0; r < t.rows; ++r) {
+        if (!quant::traits(tt).from_float) {
+          random_k_row(tt, rng, packed.data(), packed.size());
+          write_all(f, packed.data(), packed.size(), tmp);
+          continue;
+        }
         for (float& x : row) x = t.is_norm ? 1.0f : 0.035f * rng.uniform();
         if (!quant::quantize_row(tt, row.data(), packed.data(), t.cols)) {
           throw std::invalid_argument("cannot write tensors of this type");
@@ -244,7 +295,7 @@ void generate(const Shape& s, quant::Type type, const std::string& vocab_path,
 int usage() {
   std::fprintf(stderr,
                "usage: gen_random_gguf --shape smollm2|tinyllama|phi3 "
-               "--type f16|q8_0|q4_0|q4_1\n"
+               "--type f16|q8_0|q4_0|q4_1|q4_k_m\n"
                "                       --vocab-from TOKENIZER.gguf -o OUT.gguf [--seed S]\n");
   return 2;
 }
@@ -271,6 +322,7 @@ int main(int argc, char** argv) {
       else if (v == "q8_0") type = quant::Type::Q8_0;
       else if (v == "q4_0") type = quant::Type::Q4_0;
       else if (v == "q4_1") type = quant::Type::Q4_1;
+      else if (v == "q4_k_m") type = quant::Type::Q4_K;
       else return usage();
     } else if (a == "--vocab-from") {
       vocab = v;

@@ -11,6 +11,7 @@ namespace {
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
+using quant::BlockQ5_0;
 using quant::BlockQ8_0;
 using quant::BlockQ8_1;
 using quant::kBlock;
@@ -48,6 +49,19 @@ int32_t dot_q4_0(const BlockQ4_0& w, const BlockQ8_0& a) {
   for (int i = 0; i < kBlock / 2; ++i) {
     s += ((w.qs[i] & 0x0f) - 8) * a.q[i];
     s += ((w.qs[i] >> 4) - 8) * a.q[i + kBlock / 2];
+  }
+  return s;
+}
+
+int32_t dot_q5_0(const BlockQ5_0& w, const BlockQ8_0& a) {
+  const uint32_t qh = (uint32_t)w.qh[0] | (uint32_t)w.qh[1] << 8 | (uint32_t)w.qh[2] << 16 |
+                      (uint32_t)w.qh[3] << 24;
+  int32_t s = 0;
+  for (int i = 0; i < kBlock / 2; ++i) {
+    const int lo = (w.qs[i] & 0x0f) | (int)((qh >> i) & 1) << 4;
+    const int hi = (w.qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+    s += (lo - 16) * a.q[i];
+    s += (hi - 16) * a.q[i + kBlock / 2];
   }
   return s;
 }
@@ -93,6 +107,11 @@ void q8_0_q8_0_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const vo
 void q4_0_q8_0_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
                          size_t x_stride, int64_t n, float* y, int64_t ldy) {
   gemm_with_q8_0_acts<BlockQ4_0, dot_q4_0>(W, r0, r1, x, x_stride, n, y, ldy);
+}
+
+void q5_0_q8_0_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
+                         size_t x_stride, int64_t n, float* y, int64_t ldy) {
+  gemm_with_q8_0_acts<BlockQ5_0, dot_q5_0>(W, r0, r1, x, x_stride, n, y, ldy);
 }
 
 void q4_1_q8_1_gemm__ref(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,

@@ -1,4 +1,4 @@
-// Q8_0 x Q8_0, Q4_0 x Q8_0 and Q4_1 x Q8_1 matmul on 16-row interleaved
+// Q8_0 x Q8_0, Q4_0 x Q8_0, Q5_0 x Q8_0 and Q4_1 x Q8_1 matmul on 16-row interleaved
 // weights (kLayoutX16, quant/repack.h), AVX-512 VNNI.  Built with
 // -mavx512f -mavx512bw -mavx512vl -mavx512vnni (and the AVX2 flags).
 //
@@ -12,8 +12,13 @@
 //     nibbles of chunk i (elements 4i..4i+3), vector 4 + i the high ones
 //     (elements 16+4i..), so vector v always meets activation bytes 4v..4v+3.
 //   Q8_0: stored as q + 128 (repack XORs 0x80).
+//   Q5_0: Q4_0's nibble vectors, each OR'd with its fifth bits (0..31): the
+//     block's first vector holds the 16 rows' qh words, one per lane; the 4
+//     bits of qh a vector needs, shifted down, index a 16-entry table
+//     (vpermd) of the 4 bytes with 0x10 where a bit is set.
 // The offsets become one per-(token, block) integer started in the
-// accumulator: Q4_0 -8 * sum(a), Q8_0 -128 * sum(a), decoded once per call
+// accumulator: Q4_0 -8 * sum(a), Q5_0 -16 * sum(a), Q8_0 -128 * sum(a),
+// decoded once per call
 // into a small table (ActInfo), like the activation scale.  Then one
 // convert and one FMA per block and token apply dw (16 rows) * da, and
 // Q4_1 adds mw * s (the Q8_1 block's d * sum(q)) with one more FMA.
@@ -78,6 +83,15 @@ struct X16<Type::Q4_0> {
 };
 
 template <>
+struct X16<Type::Q5_0> {
+  using Blk = quant::BlockQ5_0x16;
+  static constexpr bool kQ4 = false, kHasMin = false;
+  static constexpr int32_t kOffset = -16;
+  static constexpr size_t kActBlock = sizeof(quant::BlockQ8_0), kActQ = 2;
+  static constexpr size_t kPrefetchBytes = 4096;  // as Q4_0's (not measured apart)
+};
+
+template <>
 struct X16<Type::Q4_1> {
   using Blk = quant::BlockQ4_1x16;
   static constexpr bool kQ4 = true, kHasMin = true;
@@ -106,7 +120,24 @@ inline __m512i bcast4(const int8_t* p) {
 // activation bytes 4v..4v+3.
 template <Type WT>
 inline void unpack(const typename X16<WT>::Blk* b, __m512i w[8]) {
-  if constexpr (X16<WT>::kQ4) {
+  if constexpr (WT == Type::Q5_0) {
+    // Entry i: byte k = 0x10 when bit k of i is set (k < 4).
+    const __m512i spread = _mm512_setr_epi32(
+        0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010, 0x00101000,
+        0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000, 0x10100010,
+        0x10101000, 0x10101010);
+    const __m512i lo = _mm512_set1_epi8(0x0f);
+    const __m512i qh = _mm512_loadu_si512(b->qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(b->qs + 64 * c);
+      // vpermd reads the low 4 bits of each index lane: bits 4c..4c+3 of qh
+      // (elements 4c..) and 16+4c.. (elements 16+4c..).
+      const __m512i h_lo = _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, 4 * c), spread);
+      const __m512i h_hi = _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, 16 + 4 * c), spread);
+      w[c] = _mm512_or_si512(_mm512_and_si512(v, lo), h_lo);
+      w[4 + c] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo), h_hi);
+    }
+  } else if constexpr (X16<WT>::kQ4) {
     const __m512i lo = _mm512_set1_epi8(0x0f);
     for (int c = 0; c < 4; ++c) {
       const __m512i v = _mm512_loadu_si512(b->qs + 64 * c);
@@ -242,6 +273,10 @@ void q8_0_q8_0_gemm_x16__avx512vnni(const PackedWeight& W, int64_t r0, int64_t r
 void q4_0_q8_0_gemm_x16__avx512vnni(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
                                     size_t x_stride, int64_t n, float* y, int64_t ldy) {
   gemm_x16<Type::Q4_0>(W, r0, r1, x, x_stride, n, y, ldy);
+}
+void q5_0_q8_0_gemm_x16__avx512vnni(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
+                                    size_t x_stride, int64_t n, float* y, int64_t ldy) {
+  gemm_x16<Type::Q5_0>(W, r0, r1, x, x_stride, n, y, ldy);
 }
 void q4_1_q8_1_gemm_x16__avx512vnni(const PackedWeight& W, int64_t r0, int64_t r1, const void* x,
                                     size_t x_stride, int64_t n, float* y, int64_t ldy) {

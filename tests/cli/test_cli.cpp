@@ -535,9 +535,40 @@ TEST(CliErrors, InvalidUtf8PromptStories) {
   }
 }
 
-// A tensor in a type lilims has no kernel for (Q5_0 here) is re-quantized at
+// A tensor in a type lilims has no kernel for (Q5_1 here) is re-quantized at
 // load: the run works, the one-line notice goes to stderr, never stdout.
-TEST(CliRequantized, RunInspectQuantizeAQ5_0Model) {
+TEST(CliRequantized, RunInspectQuantizeAQ5_1Model) {
+  REQUIRE_STORIES();
+  const std::string p = write_variant(stories_gguf(), "q5_1.gguf", [](auto&, std::vector<EditableTensor>& ts) {
+    for (auto& t : ts) {
+      if (t.name != "blk.0.attn_q.weight") continue;
+      std::vector<uint8_t> b(64 * 2 * 24);  // 64 rows of two 24-byte Q5_1 blocks
+      for (size_t i = 0; i < b.size(); ++i) b[i] = (uint8_t)(i * 37 + 11);
+      for (size_t k = 0; k < b.size(); k += 24) {
+        b[k] = 0x1f, b[k + 1] = 0x20;  // d = fp16 0.0081
+        b[k + 2] = 0, b[k + 3] = 0;    // m = 0
+      }
+      t = {t.name, {64, 64}, 7u, b};
+    }
+  });
+  const Result r = run({"run", "-m", p, "-p", "Once", "-n", "4", "-t", "1", "--temp", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("lilims: [model] re-quantized 1 tensors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 Q5_1 -> Q8_0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("re-quantized"), std::string::npos) << r.out;
+  const Result i = run({"inspect", p});
+  ASSERT_EQ(i.exit_code, 0) << i.describe();
+  EXPECT_NE(i.out.find("re-quantized at load (1 Q5_1 -> Q8_0)"), std::string::npos) << i.out;
+  const std::string q = tmp_path("from_q5_1.gguf");
+  const Result c = run({"quantize", p, q, "Q8_0", "--no-progress"});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+  const Result again = run({"run", "-m", q, "-p", "Once", "-n", "4", "-t", "1", "--temp", "0"});
+  ASSERT_EQ(again.exit_code, 0) << again.describe();
+  EXPECT_EQ(again.err.find("re-quantized"), std::string::npos) << again.err;
+}
+
+// A Q5_0 tensor has kernels: it loads as it is, with no notice.
+TEST(CliRequantized, Q5_0IsKeptAtLoad) {
   REQUIRE_STORIES();
   const std::string p = write_variant(stories_gguf(), "q5_0.gguf", [](auto&, std::vector<EditableTensor>& ts) {
     for (auto& t : ts) {
@@ -550,18 +581,10 @@ TEST(CliRequantized, RunInspectQuantizeAQ5_0Model) {
   });
   const Result r = run({"run", "-m", p, "-p", "Once", "-n", "4", "-t", "1", "--temp", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_NE(r.err.find("lilims: [model] re-quantized 1 tensors"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("1 Q5_0 -> Q8_0"), std::string::npos) << r.err;
-  EXPECT_EQ(r.out.find("re-quantized"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("re-quantized"), std::string::npos) << r.err;
   const Result i = run({"inspect", p});
   ASSERT_EQ(i.exit_code, 0) << i.describe();
-  EXPECT_NE(i.out.find("re-quantized at load (1 Q5_0 -> Q8_0)"), std::string::npos) << i.out;
-  const std::string q = tmp_path("from_q5_0.gguf");
-  const Result c = run({"quantize", p, q, "Q8_0", "--no-progress"});
-  ASSERT_EQ(c.exit_code, 0) << c.describe();
-  const Result again = run({"run", "-m", q, "-p", "Once", "-n", "4", "-t", "1", "--temp", "0"});
-  ASSERT_EQ(again.exit_code, 0) << again.describe();
-  EXPECT_EQ(again.err.find("re-quantized"), std::string::npos) << again.err;
+  EXPECT_EQ(i.out.find("re-quantized"), std::string::npos) << i.out;
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 //   build/tests/fuzz/make_gguf_corpus tests/fuzz/corpus/gguf
 //   tiny_llama_<type>.gguf  a 1-layer llama (n_embd 32, 2 heads, 1 KV head,
 //                           n_ff 32) with an 8-token SentencePiece
-//                           vocabulary, weights in F32, F16, Q8_0, Q4_0, Q4_1
+//                           vocabulary, weights in F32, F16, Q8_0, Q4_0, Q4_1;
+//                           q4_k_m: n_embd 256, n_ff 256, Q4_K with a Q5_K
+//                           attn_v and a Q6_K ffn_down (as Q4_K_M files mix)
 //   tiny_llama_<type>_<target>.gguf  the Q8_0/Q4_0/Q4_1 ones laid out for
 //                           the kernels (`quantize --layout`)
 //   vocab_bpe.gguf          a byte-level BPE vocabulary with merges, no tensors
 //   every_value.gguf        one key of each value type, nested arrays
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -37,7 +40,22 @@ void add(Writer& w, const std::string& name, uint64_t cols, uint64_t rows, lilim
   const lilims::quant::TypeTraits* tr = lilims::quant::type_traits(static_cast<uint32_t>(type));
   const size_t row_bytes = cols / tr->block_size * tr->block_bytes;
   std::vector<uint8_t> data(row_bytes * rows);
-  for (uint64_t r = 0; r < rows; ++r) {
+  if (!tr->from_float) {
+    // The K-quants (read, never written by lilims): deterministic bytes, then
+    // finite fp16 scales where each super-block keeps them (d, dmin first;
+    // Q6_K's d last).
+    for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>((k * 37 + salt * 11) % 251);
+    const uint16_t d = 0x1400, dmin = 0x1000;  // 2^-10, 2^-11
+    for (size_t o = 0; o < data.size(); o += tr->block_bytes) {
+      if (type == lilims::quant::Type::Q6_K) {
+        std::memcpy(&data[o + tr->block_bytes - 2], &d, 2);
+      } else {
+        std::memcpy(&data[o], &d, 2);
+        std::memcpy(&data[o + 2], &dmin, 2);
+      }
+    }
+  }
+  for (uint64_t r = 0; r < rows && tr->from_float; ++r) {
     lilims::quant::quantize_row(type, x.data() + r * cols, data.data() + r * row_bytes,
                                 static_cast<int64_t>(cols), lilims::quant::QuantMethod::search);
   }
@@ -48,7 +66,9 @@ void add(Writer& w, const std::string& name, uint64_t cols, uint64_t rows, lilim
 
 Writer tiny_llama(lilims::quant::Type wtype) {
   using lilims::quant::Type;
-  const uint64_t d = 32, ff = 32, kv = 16, vocab = 8;
+  // K-quant files (Q4_K_M-like: Q5_K attn_v, Q6_K ffn_down) need rows of 256.
+  const bool kq = lilims::quant::traits(wtype).block_size == 256;
+  const uint64_t d = kq ? 256 : 32, ff = d, kv = d / 2, vocab = 8;
   Writer w;
   w.add_string("general.architecture", "llama");
   w.add_string("general.name", "tiny");
@@ -71,12 +91,12 @@ Writer tiny_llama(lilims::quant::Type wtype) {
   add(w, "blk.0.attn_norm.weight", d, 1, Type::F32, 2);
   add(w, "blk.0.attn_q.weight", d, d, wtype, 3);
   add(w, "blk.0.attn_k.weight", d, kv, wtype, 4);
-  add(w, "blk.0.attn_v.weight", d, kv, wtype, 5);
+  add(w, "blk.0.attn_v.weight", d, kv, kq ? Type::Q5_K : wtype, 5);
   add(w, "blk.0.attn_output.weight", d, d, wtype, 6);
   add(w, "blk.0.ffn_norm.weight", d, 1, Type::F32, 7);
   add(w, "blk.0.ffn_gate.weight", d, ff, wtype, 8);
   add(w, "blk.0.ffn_up.weight", d, ff, wtype, 9);
-  add(w, "blk.0.ffn_down.weight", ff, d, wtype, 10);
+  add(w, "blk.0.ffn_down.weight", ff, d, kq ? Type::Q6_K : wtype, 10);
   add(w, "output_norm.weight", d, 1, Type::F32, 11);
   return w;
 }
@@ -147,7 +167,8 @@ int main(int argc, char** argv) {
   try {
     using lilims::quant::Type;
     const std::pair<const char*, Type> types[] = {
-        {"f32", Type::F32}, {"f16", Type::F16}, {"q8_0", Type::Q8_0}, {"q4_0", Type::Q4_0}, {"q4_1", Type::Q4_1}};
+        {"f32", Type::F32}, {"f16", Type::F16}, {"q8_0", Type::Q8_0}, {"q4_0", Type::Q4_0}, {"q4_1", Type::Q4_1},
+        {"q4_k_m", Type::Q4_K}};
     for (const auto& [name, type] : types) tiny_llama(type).write(dir + "/tiny_llama_" + name + ".gguf");
     // Laid out for the kernels (quant/prelaid.h): 4-row groups (x86 and
     // aarch64 Q4_0 nibbles) and 16-row groups.

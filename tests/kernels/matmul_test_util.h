@@ -47,6 +47,15 @@ inline Decoded decode_block(quant::Type t, const uint8_t* p) {
         o.q[i + 16] = (p[2 + i] >> 4) - 8;
       }
       break;
+    case quant::Type::Q5_0: {
+      const uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 |
+                          (uint32_t)p[5] << 24;
+      for (int i = 0; i < 16; ++i) {
+        o.q[i] = ((p[6 + i] & 15) | (int)((qh >> i) & 1) << 4) - 16;
+        o.q[i + 16] = ((p[6 + i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4) - 16;
+      }
+      break;
+    }
     case quant::Type::Q4_1:
       o.m = fp16_to_fp32(h[1]);
       for (int i = 0; i < 16; ++i) {
@@ -65,9 +74,52 @@ inline size_t block_bytes(quant::Type t) {
     case quant::Type::Q8_1: return 36;
     case quant::Type::Q4_0: return 18;
     case quant::Type::Q4_1: return 20;
+    case quant::Type::Q5_0: return 22;
+    case quant::Type::Q4_K: return 144;
+    case quant::Type::Q5_K: return 176;
+    case quant::Type::Q6_K: return 210;
     default: return 0;
   }
 }
+
+inline bool is_k_quant(quant::Type t) {
+  return t == quant::Type::Q4_K || t == quant::Type::Q5_K || t == quant::Type::Q6_K;
+}
+inline int64_t block_elems(quant::Type t) { return is_k_quant(t) ? 256 : 32; }
+
+// Element e of a K-quant super-block as (scale part, min part): the
+// weight is scale_part - min_part, scale_part = d * scale * q.  Decoded here
+// from the formats' descriptions (quant/quant.h), not by the kernels' code.
+inline void k_element(quant::Type t, const uint8_t* b, int e, double* sp, double* mp) {
+  uint16_t h[2];
+  if (t == quant::Type::Q6_K) {
+    std::memcpy(h, b + 208, 2);
+    const int hh = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int lo = (b[64 * hh + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+    const int hi = (b[128 + 32 * hh + l] >> (2 * k)) & 3;
+    *sp = (double)fp16_to_fp32(h[0]) * (int8_t)b[192 + e / 16] * ((lo | hi << 4) - 32);
+    *mp = 0;
+    return;
+  }
+  std::memcpy(h, b, 4);
+  const uint8_t* sc = b + 4;
+  const int j = e / 32, l = e % 32;
+  int scale, min;
+  if (j < 4) {
+    scale = sc[j] & 63;
+    min = sc[j + 4] & 63;
+  } else {
+    scale = (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
+    min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+  }
+  const uint8_t* qs = b + (t == quant::Type::Q5_K ? 48 : 16);
+  int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+  if (t == quant::Type::Q5_K) q |= ((b[16 + l] >> j) & 1) << 4;
+  *sp = (double)fp16_to_fp32(h[0]) * scale * q;
+  *mp = (double)fp16_to_fp32(h[1]) * min;
+}
+
+
 
 // Options of random data.  integer_scales: every d (and Q4_1 m) is 1.0 and
 // Q8_1 s a small integer, so every result is an integer the kernels must
@@ -99,8 +151,25 @@ inline std::vector<uint8_t> random_weights(quant::Type t, int64_t rows, int64_t 
     return out;
   }
   const size_t bb = block_bytes(t);
-  const int64_t nb = rows * cols / 32;
+  const int64_t nb = rows * cols / block_elems(t);
   std::vector<uint8_t> out(nb * bb);
+  if (is_k_quant(t)) {
+    // Random bytes (every 6-bit scale and min, every quant), then the fp16
+    // super-block scales: d (and dmin) 1.0 for integer data.
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* p = &out[b * bb];
+      for (size_t i = 0; i < bb; ++i) p[i] = (uint8_t)byte(rng);
+      const uint16_t d = o.integer_scales ? 0x3c00 : fp32_to_fp16(0.02f * scale(rng));
+      const uint16_t dmin = o.integer_scales ? 0x3c00 : fp32_to_fp16(0.01f * scale(rng));
+      if (t == quant::Type::Q6_K) {
+        std::memcpy(p + 208, &d, 2);
+      } else {
+        std::memcpy(p, &d, 2);
+        std::memcpy(p + 2, &dmin, 2);
+      }
+    }
+    return out;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* p = &out[b * bb];
     for (size_t i = 0; i < bb; ++i) p[i] = (uint8_t)byte(rng);
@@ -179,12 +248,77 @@ inline double abs_terms(quant::Type wt, const uint8_t* wrow, const uint8_t* arow
     return s;
   }
   const quant::Type at = kernels::act_type(wt);
+  if (is_k_quant(wt)) {
+    // Per activation block j of 32: |dw scale q| * |da qa| summed, and the
+    // min term |dminw min_j| * |sa_j| (Q8_1's s).
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* wb = wrow + (b / 8) * block_bytes(wt);
+      const Decoded a = decode_block(at, arow + b * block_bytes(at));
+      double mp = 0;
+      for (int i = 0; i < 32; ++i) {
+        double sp;
+        k_element(wt, wb, (int)(b % 8) * 32 + i, &sp, &mp);
+        s += std::fabs(sp * a.q[i] * a.d);
+      }
+      s += std::fabs(mp * a.m);
+    }
+    return s;
+  }
   for (int64_t b = 0; b < K / 32; ++b) {
     const Decoded w = decode_block(wt, wrow + b * block_bytes(wt));
     const Decoded a = decode_block(at, arow + b * block_bytes(at));
     double t = 0;
     for (int i = 0; i < 32; ++i) t += std::abs(w.q[i] * a.q[i]);
     s += std::fabs((double)w.d * a.d) * t + std::fabs((double)w.m * a.m);
+  }
+  return s;
+}
+
+// The exact result of output (row r, token j) in double precision, from the
+// blocks decoded here (not by the kernels' code): sum over blocks of
+// dw * da * sum(qw * qa) (+ mw * sa for Q4_1), or sum of w_k * x_k.  Every
+// product and partial sum is exact in double for the tests' data (fp16
+// scales, |sumi| < 2^20, at most 2^13 blocks), so this is the true value.
+inline double dot_double(quant::Type wt, const uint8_t* wrow, const uint8_t* arow, int64_t K) {
+  double s = 0;
+  if (wt == quant::Type::F32 || wt == quant::Type::F16) {
+    for (int64_t k = 0; k < K; ++k) {
+      float w, x;
+      std::memcpy(&x, arow + 4 * k, 4);
+      if (wt == quant::Type::F32) {
+        std::memcpy(&w, wrow + 4 * k, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, wrow + 2 * k, 2);
+        w = fp16_to_fp32(h);
+      }
+      s += (double)w * x;
+    }
+    return s;
+  }
+  const quant::Type at = kernels::act_type(wt);
+  if (is_k_quant(wt)) {
+    // Per activation block j: dw * da * sum(scale * q * qa) - dminw * min_j * sa_j,
+    // each an exact integer times fp16 products: exact in double.
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* wb = wrow + (b / 8) * block_bytes(wt);
+      const Decoded a = decode_block(at, arow + b * block_bytes(at));
+      double sb = 0, mp = 0;
+      for (int i = 0; i < 32; ++i) {
+        double sp;
+        k_element(wt, wb, (int)(b % 8) * 32 + i, &sp, &mp);
+        sb += sp * a.q[i];
+      }
+      s += sb * a.d - mp * a.m;
+    }
+    return s;
+  }
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const Decoded w = decode_block(wt, wrow + b * block_bytes(wt));
+    const Decoded a = decode_block(at, arow + b * block_bytes(at));
+    int64_t sumi = 0;
+    for (int i = 0; i < 32; ++i) sumi += (int64_t)w.q[i] * a.q[i];
+    s += (double)w.d * a.d * (double)sumi + (double)w.m * a.m;
   }
   return s;
 }

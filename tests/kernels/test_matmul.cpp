@@ -49,6 +49,13 @@ const Shape kShapes[] = {
     // counts, long rows.
     {3, 96, 1}, {4, 64, 1}, {2, 1056, 1}, {4, 8224, 1}};
 
+// The K-quants' shapes: K a multiple of 256 (1 to 16 super-blocks), the
+// same token counts and row counts.
+const Shape kShapesK[] = {{1, 256, 1},   {3, 256, 2},   {4, 512, 3},   {5, 768, 7},
+                          {13, 1280, 1}, {7, 1024, 4},  {9, 2048, 1},  {6, 4096, 3},
+                          {67, 256, 64}, {17, 512, 65}, {10, 256, 512}, {33, 768, 15},
+                          {2, 1536, 5},  {4, 2304, 9}};
+
 uint64_t case_seed(const Shape& s, int salt) {
   return test::base_seed() ^ (uint64_t)(s.rows * 1000003 + s.K * 1009 + s.n * 31 + salt);
 }
@@ -107,6 +114,11 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
   const MatmulKernel& kern() const { return kernels::matmul_kernels()[GetParam()]; }
   bool quantized() const { return kern().wtype != Type::F32 && kern().wtype != Type::F16; }
 
+  std::vector<Shape> shapes() const {
+    if (test::is_k_quant(kern().wtype)) return {std::begin(kShapesK), std::end(kShapesK)};
+    return {std::begin(kShapes), std::end(kShapes)};
+  }
+
   // Runs kernel and reference on one shape; exact: integer data, results
   // must be equal; otherwise within the bound derived below.
   void check(const Shape& s, bool exact, int salt) {
@@ -117,8 +129,11 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
     test::RandOpts o;
     o.integer_scales = exact;
     // Integer results are exact in fp32 while every partial sum is < 2^24:
-    // K * 128 * 127 < 2^24 for K <= 1024; beyond, |a| <= 7.
+    // K * 128 * 127 < 2^24 for K <= 1024; beyond, |a| <= 7.  K-quants:
+    // |scale * q| <= 63 * 31 (Q5_K; Q6_K 128 * 32), so |a| <= 3 up to
+    // K = 1024, 1 up to 2048 (and larger K are not run exact).
     if (exact && s.K > 1024) o.act_range = 7;
+    if (exact && test::is_k_quant(wt)) o.act_range = s.K <= 1024 ? 3 : 1;
     const std::vector<uint8_t> wg = test::random_weights(wt, s.rows, s.K, rng, o);
     const std::vector<uint8_t> ag = test::random_acts(at, s.n, s.K, rng, o);
     const size_t astride = kernels::act_row_bytes(wt, s.K);
@@ -153,6 +168,10 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
         if (exact) {
           if (a != b) ++bad;
           EXPECT_EQ(a, b) << "row " << r << " token " << j;
+          // Integer data: the reference must give the exact value itself.
+          EXPECT_EQ((double)b, test::dot_double(wt, wg.data() + quant::row_bytes(wt, s.K) * r,
+                                                act + astride * j, s.K))
+              << "ref vs exact, row " << r << " token " << j;
           continue;
         }
         // Both compute the same sum of terms t_i (products of exact
@@ -169,6 +188,13 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
         if (std::fabs((double)a - b) > bound) ++bad;
         EXPECT_LE(std::fabs((double)a - b), bound) << "row " << r << " token " << j << ": " << a
                                                    << " vs ref " << b;
+        // The reference itself against the exact value (test::dot_double,
+        // decoded independently): one fp32 sum of the same m terms, so the
+        // same bound holds (it covers any order, the true sum included).
+        const double exact_value = test::dot_double(
+            wt, wg.data() + quant::row_bytes(wt, s.K) * r, act + astride * j, s.K);
+        EXPECT_LE(std::fabs((double)b - exact_value), bound)
+            << "ref vs exact, row " << r << " token " << j << ": " << b << " vs " << exact_value;
       }
     }
     ASSERT_EQ(yk[0], kSentinel) << "wrote before Y";
@@ -177,26 +203,28 @@ class matmul_kernel : public testing::TestWithParam<size_t> {
 
 TEST_P(matmul_kernel, IntegerDataIsExact) {
   if (!quantized()) GTEST_SKIP() << "float weights: no integer path";
-  for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
-    check(kShapes[i], true, 1);
+  for (const Shape& sh : shapes()) {
+    if (test::is_k_quant(kern().wtype) && sh.K > 2048) continue;
+    check(sh, true, 1);
     if (HasFatalFailure()) return;
   }
 }
 
 TEST_P(matmul_kernel, MatchesRefWithinBound) {
-  for (int i = 0; i < (int)(sizeof(kShapes) / sizeof(kShapes[0])); ++i) {
-    check(kShapes[i], false, 2);
+  for (const Shape& sh : shapes()) {
+    check(sh, false, 2);
     if (HasFatalFailure()) return;
   }
 }
 
 // A long row of the most extreme blocks, every scale 1: each row's block sum
-// is the same (Q8_0 weights -128, Q4_0 -8, Q4_1 15; activations 127) and
-// the row has enough blocks that a running int32 sum over the row passes
-// 2^31 (the NEON 1-token tile keeps one, taking each block's sum as a
-// difference of totals; at Q4_0 as 16 (q - 8)).  Q8_0 and Q4_0 sums are
-// 127 * 2^12 and 127 * 2^8: every fp32 partial sum of them is exact, so the
-// results must equal the reference.  Q4_1's 15 * 127 * 32 = 60960 is
+// is the same (Q8_0 weights -128, Q4_0 -8, Q5_0 -16, Q4_1 15; activations
+// 127) and the row has enough blocks that a running int32 sum over the row
+// passes 2^31 (the NEON 1-token tile keeps one, taking each block's sum as a
+// difference of totals; at Q4_0 as 16 (q - 8)).  Q8_0, Q4_0 and Q5_0 sums
+// are 127 * 2^12, 127 * 2^8 and 127 * 2^9 (and any part of a block's sum a
+// kernel keeps apart, 127 * 2^k too): every fp32 partial sum of them is
+// exact, so the results must equal the reference.  Q4_1's 15 * 127 * 32 = 60960 is
 // smaller: it needs 35231 blocks, beyond exact fp32 sums, so it is checked
 // against the reference within the bound of `check`, far below the 2^32
 // a wrong wrap would add.
@@ -204,6 +232,11 @@ TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
   const MatmulKernel& k = kern();
   const Type wt = k.wtype, at = kernels::act_type(wt);
   if (!quantized()) GTEST_SKIP() << "float weights: no integer sums";
+  if (test::is_k_quant(wt)) {
+    // Each super-block's int32 lanes start from 0 (a K-quant kernel sums a
+    // row in float, super-block by super-block: nothing to wrap).
+    GTEST_SKIP() << k.name << ": no sum over the row in int32";
+  }
   const int64_t rows = 3, nb = wt == Type::Q4_1 ? 35231 : 4131, K = 32 * nb;
   const size_t wbb = test::block_bytes(wt), abb = test::block_bytes(at);
   std::vector<uint8_t> wg(rows * nb * wbb), ag(nb * abb);
@@ -213,6 +246,7 @@ TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
     std::memcpy(p, &one, 2);
     if (wt == Type::Q8_0) std::memset(p + 2, 0x80, 32);  // -128
     if (wt == Type::Q4_0) std::memset(p + 2, 0x00, 16);  // nibble 0: -8
+    if (wt == Type::Q5_0) std::memset(p + 2, 0x00, 20);  // qh and nibbles 0: -16
     if (wt == Type::Q4_1) {
       std::memcpy(p + 2, &zero, 2);   // m = 0
       std::memset(p + 4, 0xff, 16);  // nibbles 15
@@ -231,7 +265,11 @@ TEST_P(matmul_kernel, LongRowOfExtremeBlocks) {
   k.fn(tw.w, 0, rows, ag.data(), st, 1, yk.data(), rows);
   ref_for(wt).fn(tr.w, 0, rows, ag.data(), st, 1, yr.data(), rows);
   // One block's sum (every scale 1).
-  const double block = (wt == Type::Q8_0 ? -128.0 : wt == Type::Q4_0 ? -8.0 : 15.0) * 127 * 32;
+  const double block = (wt == Type::Q8_0   ? -128.0
+                        : wt == Type::Q4_0 ? -8.0
+                        : wt == Type::Q5_0 ? -16.0
+                                           : 15.0) *
+                       127 * 32;
   for (int64_t r = 0; r < rows; ++r) {
     if (wt == Type::Q4_1) {
       // As in `check`: 2 (m + 3) u sum|t_i|, m = 2 nb terms, sum|t_i| = nb * |block|.
@@ -251,7 +289,7 @@ TEST_P(matmul_kernel, RowSubrange) {
   const Type wt = k.wtype;
   const int64_t g = quant::layout_group_rows(k.layout < 0 ? 0 : k.layout);
   const int64_t r0 = g == 1 ? 3 : g, r1 = r0 + g + (g == 1 ? 5 : g / 2);
-  const int64_t rows = r1 + 3 + g, K = 96, n = 11;
+  const int64_t rows = r1 + 3 + g, K = test::is_k_quant(wt) ? 512 : 96, n = 11;
   std::mt19937_64 rng(test::base_seed() + 7);
   const std::vector<uint8_t> wg = test::random_weights(wt, rows, K, rng, {});
   const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), n, K, rng, {});
@@ -282,10 +320,13 @@ TEST_P(matmul_kernel, RowSubrange) {
 TEST_P(matmul_kernel, TokensAreIndependentOfTheBatch) {
   const MatmulKernel& k = kern();
   const Type wt = k.wtype;
-  if (k.needs == kernels::Feature::dotprod || k.needs == kernels::Feature::i8mm) {
+  // (The K-quant kernels' tiles keep each token's order: they are tested.)
+  if ((k.needs == kernels::Feature::dotprod || k.needs == kernels::Feature::i8mm) && !test::is_k_quant(wt)) {
     GTEST_SKIP() << k.name << ": multi-token tiles sum in another order than one token";
   }
-  for (const Shape& s : {Shape{33, 544, 23}, Shape{20, 4128, 9}, Shape{16, 64, 130}}) {
+  const bool kq = test::is_k_quant(wt);
+  for (const Shape& s : {Shape{33, kq ? 768 : 544, 23}, Shape{20, kq ? 4352 : 4128, 9},
+                         Shape{16, kq ? 256 : 64, 130}}) {
     std::mt19937_64 rng(case_seed(s, 5));
     const std::vector<uint8_t> wg = test::random_weights(wt, s.rows, s.K, rng, {});
     const std::vector<uint8_t> ag = test::random_acts(kernels::act_type(wt), s.n, s.K, rng, {});
@@ -324,7 +365,7 @@ TEST_P(matmul_quantize_act, BitIdenticalToRef) {
       for (int i = 33; i <= 64; ++i) x[i] = (float)((i % 5) - 2) * 0.5f + (i == 33 ? 127.0f : 0.0f);
       x[70] = 3.0e4f;
     }
-    const size_t bytes = (q.type == Type::Q8_1 ? 36 : 34) * (size_t)(K / 32);
+    const size_t bytes = quant::row_bytes(q.type, K);
     std::vector<uint8_t> a(bytes + 2, 0), b(bytes, 0);
     q.fn(x.data() + 1, a.data() + 2, K);  // misaligned input, output only fp16-aligned
     (q.type == Type::Q8_1 ? kernels::quantize_row_q8_1__ref : kernels::quantize_row_q8_0__ref)(
@@ -344,7 +385,8 @@ INSTANTIATE_TEST_SUITE_P(All, matmul_quantize_act,
 TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
   for (int layout : {kernels::kLayoutX4, kernels::kLayoutX16}) {
     const int64_t G = quant::layout_group_rows(layout);
-    for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0}) {
+      if (!quant::repackable(t, layout)) continue;  // Q5_0: kLayoutX16 only
       for (int64_t rows : {1, 4, 6, 11, 16, 23, 33}) {
         const int64_t K = 96;
         std::mt19937_64 rng(test::base_seed() + rows);
@@ -369,9 +411,12 @@ TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
 }
 
 // kLayoutX16: chunk c (4 bytes) of row r at qs[(c * 16 + r) * 4] after the
-// 16 rows' scales; Q8_0 bytes XOR 0x80 (q + 128), Q4 bytes as GGUF's.
+// 16 rows' scales; Q8_0 bytes XOR 0x80 (q + 128), Q4 and Q5_0 bytes as
+// GGUF's (Q5_0's chunk 0 is qh: BlockQ5_0x16::qh[r]).
 TEST(matmul_repack, X16BytesAreWhereTheKernelsLoadThem) {
-  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1}) {
+  EXPECT_FALSE(quant::repackable(Type::Q5_0, kernels::kLayoutX4));
+  EXPECT_TRUE(quant::repackable(Type::Q5_0, kernels::kLayoutX16));
+  for (Type t : {Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0}) {
     const int64_t rows = 16, K = 64;
     std::mt19937_64 rng(test::base_seed() + 41);
     const std::vector<uint8_t> g = test::random_weights(t, rows, K, rng, {});
@@ -445,17 +490,19 @@ struct GraphCase {
 //                 + fp32 rounding of both sums, 2 * (K + 4) * u * sum |w_k| (|x_k| + d_b).
 double oracle_bound(Type t, const std::vector<float>& wdeq, const std::vector<float>& mins,
                     const float* x, int64_t K) {
+  const int64_t B = 32;
+  const double fp16_term = 127.0 / 2048;
   double s = 0, f = 0;
-  for (int64_t b = 0; b < K / 32; ++b) {
+  for (int64_t b = 0; b < K / B; ++b) {
     double amax = 0, sx = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, (double)std::fabs(x[b * 32 + i]));
+    for (int i = 0; i < B; ++i) amax = std::max(amax, (double)std::fabs(x[b * B + i]));
     const double d = amax / 127;
-    for (int i = 0; i < 32; ++i) {
-      s += std::fabs(wdeq[b * 32 + i]) * d * (0.5 + 127.0 / 2048);
-      f += std::fabs(wdeq[b * 32 + i]) * (std::fabs(x[b * 32 + i]) + d);
-      sx += std::fabs(x[b * 32 + i]);
+    for (int i = 0; i < B; ++i) {
+      s += std::fabs(wdeq[b * B + i]) * d * (0.5 + fp16_term);
+      f += std::fabs(wdeq[b * B + i]) * (std::fabs(x[b * B + i]) + d);
+      sx += std::fabs(x[b * B + i]);
     }
-    if (t == Type::Q4_1) s += std::fabs(mins[b]) * (sx + 32 * d) / 2048;
+    if (t == Type::Q4_1 || t == Type::Q4_K || t == Type::Q5_K) s += std::fabs(mins[b]) * (sx + 32 * d) / 2048;
   }
   return s + 2 * (K + 4) * test::kU * f;
 }
@@ -464,6 +511,10 @@ TEST(matmul_graph, QuantizedPathVsOracleAndRef) {
   const GraphCase cases[] = {{Type::Q4_1, 67, 576, 1},  {Type::Q4_1, 13, 576, 9},
                              {Type::Q8_0, 64, 1536, 1}, {Type::Q8_0, 35, 256, 70},
                              {Type::Q4_0, 33, 2048, 2}, {Type::Q4_0, 64, 64, 130},
+                             {Type::Q5_0, 37, 640, 3},  {Type::Q5_0, 20, 2048, 67},
+                             {Type::Q4_K, 37, 768, 3},  {Type::Q4_K, 20, 2048, 67},
+                             {Type::Q5_K, 19, 512, 5},  {Type::Q6_K, 37, 1280, 1},
+                             {Type::Q6_K, 20, 256, 70},
                              {Type::F16, 19, 200, 3},   {Type::F32, 21, 136, 5}};
   for (int threads : {1, 2, 3}) {
     graph::ThreadPool pool(threads);
@@ -487,6 +538,14 @@ TEST(matmul_graph, QuantizedPathVsOracleAndRef) {
       for (int64_t r = 0; r < c.rows; ++r) {
         std::vector<float> wdeq(c.K), mins(c.K / 32, 0.0f);
         tt->to_float(wg.data() + quant::row_bytes(c.t, c.K) * r, wdeq.data(), c.K);
+        if (test::is_k_quant(c.t)) {  // the min of each sub-block of 32 (0 for Q6_K)
+          const uint8_t* row = wg.data() + quant::row_bytes(c.t, c.K) * r;
+          for (int64_t b = 0; b < c.K / 32; ++b) {
+            double sp, mp;
+            test::k_element(c.t, row + (b / 8) * test::block_bytes(c.t), (int)(b % 8) * 32, &sp, &mp);
+            mins[b] = (float)mp;
+          }
+        }
         if (c.t == Type::Q4_1) {
           for (int64_t b = 0; b < c.K / 32; ++b) {
             uint16_t h;

@@ -109,8 +109,23 @@ TEST(DequantRef, TraitsMatchGgmlGeometry) {
     EXPECT_EQ(t->block_bytes, g.bytes) << t->name;
     EXPECT_TRUE(traits(t->load_as).weight) << t->name;
   }
-  // Kernel types are not in this table, and types with neither stay unreadable.
+  // Kernel types that are always kept are not in this table; those the
+  // loader converts on CPUs without a fast kernel for them are, with the
+  // same geometry as their kernel traits (Q5_0: GGML's 32 elements in 22
+  // bytes; Q4_K, Q5_K, Q6_K); types with neither stay unreadable.
   EXPECT_EQ(dequant_traits(2), nullptr);
+  EXPECT_EQ(dequant_traits(8), nullptr);
+  for (uint32_t id : {6u, 12u, 13u, 14u}) {
+    const DequantTraits* dq = dequant_traits(id);
+    const TypeTraits* kt = type_traits(id);
+    ASSERT_NE(dq, nullptr) << id;
+    ASSERT_NE(kt, nullptr) << id;
+    EXPECT_EQ(dq->block_size, kt->block_size) << id;
+    EXPECT_EQ(dq->block_bytes, kt->block_bytes) << id;
+    EXPECT_NE(static_cast<uint32_t>(dq->load_as), id);
+  }
+  EXPECT_EQ(type_traits(6)->block_size, 32);
+  EXPECT_EQ(type_traits(6)->block_bytes, 22u);
   EXPECT_FALSE(readable_type(16, nullptr));  // IQ2_XXS
   EXPECT_TRUE(readable_type(2, nullptr));
 }

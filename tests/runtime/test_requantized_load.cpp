@@ -1,22 +1,26 @@
-// Loading a GGUF whose weights are in types lilims has no kernels for (the
-// K-quants, Q5_0/Q5_1, IQ4_NL, BF16): they are dequantized with the reference
-// dequantizers and re-quantized to Q8_0 at load (models/load.cpp).
+// Loading a GGUF whose weights are in types lilims has no kernels for (Q2_K,
+// Q3_K, Q5_1, IQ4_NL, BF16), or no kernel on this CPU as fast as the
+// converted type's (Q5_0, Q4_K, Q5_K, Q6_K where kernels::kept_at_load is
+// false): they are dequantized with the reference dequantizers and
+// re-quantized at load (models/load.cpp).  A weight this CPU runs in its
+// own type is kept as it is in the file.
 //
 // The model: a 1-layer llama of width 256 (whole K-quant super-blocks) on the
 // tiny llama's tokenizer, every weight random blocks of one of those types,
 // its scales chosen so weights are ~0.1.  Two references from the same bytes:
 //  - the same model with every weight dequantized to F32: logits within
 //    kTolF32Ref (below);
-//  - what the load must make of it, built here: Q4_K weights transcoded to
-//    Q4_1, the others' floats quantized to Q8_0 with GGML's plain rounding
-//    (as `lilims quantize --method plain` does): the logits must be equal,
-//    bit for bit.
+//  - what the load must make of it, built here: kept types' bytes as they
+//    are, Q4_K weights transcoded to Q4_1, the others' floats quantized to Q8_0 with
+//    GGML's plain rounding (as `lilims quantize --method plain` does): the
+//    logits must be equal, bit for bit.
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "base/fp16.h"
 #include "base/log.h"
+#include "kernels/matmul.h"
 #include "models/gguf.h"
 #include "models/requantize.h"
 #include "quant/dequant_ref.h"
@@ -43,16 +47,17 @@ const TypeRecipe kRecipes[] = {
     {14, {{208, 0.1f / 4096}}},                 // Q6_K
     {10, {{80, 0.1f / 45}, {82, 0.05f / 15}}},  // Q2_K
     {11, {{108, 0.1f / 128}}},                  // Q3_K
-    {6, {{0, 0.1f / 16}}},                      // Q5_0
+    {6, {{0, 0.1f / 16}}},                      // Q5_0 (kept: blk.0.ffn_gate.weight)
     {7, {{0, 0.1f / 31}, {2, -0.05f}}},         // Q5_1: d, m
     {20, {{0, 0.1f / 127}}},                    // IQ4_NL
     {30, {}},                                   // BF16
 };
 
 std::vector<uint8_t> random_tensor(const TypeRecipe& r, int64_t n, std::mt19937& rng) {
-  const quant::DequantTraits* t = quant::dequant_traits(r.type);
-  const size_t n_blocks = (size_t)(n / t->block_size);
-  std::vector<uint8_t> b(n_blocks * t->block_bytes);
+  quant::ReadableType t;
+  quant::readable_type(r.type, &t);
+  const size_t n_blocks = (size_t)(n / t.block_size);
+  std::vector<uint8_t> b(n_blocks * t.block_bytes);
   if (r.type == 30) {
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     for (size_t i = 0; i < b.size() / 2; ++i) {
@@ -68,7 +73,7 @@ std::vector<uint8_t> random_tensor(const TypeRecipe& r, int64_t n, std::mt19937&
   for (size_t k = 0; k < n_blocks; ++k) {
     for (const auto& [off, v] : r.halves) {
       const uint16_t h = fp32_to_fp16(v);
-      std::memcpy(&b[k * t->block_bytes + off], &h, 2);
+      std::memcpy(&b[k * t.block_bytes + off], &h, 2);
     }
   }
   return b;
@@ -110,9 +115,15 @@ Files make_models(uint32_t seed) {
     const std::vector<uint8_t> blocks = random_tensor(r, n, rng);
     kq.add_tensor(w.name, {w.cols, w.rows}, r.type, blocks.data(), blocks.size());
     std::vector<float> floats((size_t)n);
-    quant::dequant_traits(r.type)->to_float(blocks.data(), floats.data(), n);
+    quant::ReadableType rt;
+    quant::readable_type(r.type, &rt);
+    rt.to_float(blocks.data(), floats.data(), n);
     f32.add_tensor(w.name, {w.cols, w.rows}, 0, floats.data(), floats.size() * 4);
     const quant::DequantTraits* dq = quant::dequant_traits(r.type);
+    if (!dq || kernels::kept_at_load((quant::Type)r.type)) {  // a kernel type this CPU runs as it is
+      loaded.add_tensor(w.name, {w.cols, w.rows}, r.type, blocks.data(), blocks.size());
+      continue;
+    }
     std::vector<uint8_t> as_loaded(quant::row_bytes(dq->load_as, (int64_t)w.cols) * w.rows);
     if (dq->transcode) {
       dq->transcode(blocks.data(), as_loaded.data(), n);
@@ -208,42 +219,67 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
   mo.repack = false;  // every re-quantized copy stays as the kernels' source
   auto kq = runtime::Model::open_memory(f.kquant.data(), f.kquant.size(), mo);
   set_log_callback(nullptr, nullptr, LILIMS_LOG_WARN);
+  // The weights (make_models: one recipe each, in order) and what this CPU
+  // makes of them: a type kernels::kept_at_load keeps is read from the
+  // file's bytes, every other one is a heap copy in its load type (Q4_K ->
+  // Q4_1: 20 bytes per 32 weights, the rest Q8_0: 34).
+  const struct { uint32_t type; uint64_t n; } w_of[] = {
+      {12, 512ull * kEmbd}, {13, 1ull * kEmbd * kEmbd}, {14, 128ull * kEmbd}, {10, 128ull * kEmbd},
+      {11, 1ull * kEmbd * kEmbd}, {6, 1ull * kEmbd * kFf}, {7, 1ull * kEmbd * kFf}, {20, 1ull * kFf * kEmbd},
+      {30, 512ull * kEmbd}};
+  uint64_t heap = 0, mapped = 0;
+  int n_converted = 0;
+  uint64_t embed_rows = 0;  // the embedding, read row by row: not counted as mapped
+  for (const auto& w : w_of) {
+    const quant::TypeTraits* kt = quant::type_traits(w.type);
+    if (kt && kernels::kept_at_load(kt->type)) {
+      (&w == &w_of[0] ? embed_rows : mapped) += quant::row_bytes(kt->type, (int64_t)w.n);
+      EXPECT_EQ(lines.empty() ? std::string::npos : lines[0].find(std::string(kt->name) + " ->"), std::string::npos)
+          << kt->name << " is kept here";
+      continue;
+    }
+    const quant::DequantTraits* dq = quant::dequant_traits(w.type);
+    heap += quant::row_bytes(dq->load_as, (int64_t)w.n);
+    ++n_converted;
+    if (!lines.empty()) {
+      EXPECT_NE(lines[0].find("1 " + std::string(dq->name) + " -> " + quant::traits(dq->load_as).name),
+                std::string::npos) << lines[0];
+    }
+  }
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("[model] re-quantized 9 tensors"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("1 Q4_K -> Q4_1"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("1 Q6_K -> Q8_0"), std::string::npos) << lines[0];
-
-  // All nine weights are heap copies: the Q4_K embedding in Q4_1 (20 bytes
-  // per 32 weights), the rest in Q8_0 (34).
-  const uint64_t n_weights = 2ull * 512 * kEmbd + 2ull * kEmbd * kEmbd + 2ull * kEmbd * 128 +
-                             3ull * kEmbd * kFf;
+  EXPECT_NE(lines[0].find("[model] re-quantized " + std::to_string(n_converted) + " tensors"), std::string::npos)
+      << lines[0];
   const graph::ModelMemory mm = kq->memory(32);
-  const uint64_t n_embd_weights = 512ull * kEmbd;
-  EXPECT_EQ(mm.weights_heap, (n_weights - n_embd_weights) / 32 * 34 + n_embd_weights / 32 * 20);
-  EXPECT_EQ(mm.weights_mapped, 0u);
-  EXPECT_EQ(mm.embed_rows, 0u);
+  EXPECT_EQ(mm.weights_heap, heap);
+  EXPECT_EQ(mm.weights_mapped, mapped);
+  EXPECT_EQ(mm.embed_rows, embed_rows);
   auto file = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
   EXPECT_GE(runtime::model_memory_estimate(*file, mo), file->file_size() + mm.weights_heap);
 
-  // Repacked, the copies give way to the kernels' layouts.
+  // Repacked, the copies give way to the kernels' layouts; Q5_0, where it
+  // is kept, is repacked where the 16-row layout's kernels run; the
+  // K-quants kept are read in place.
   auto packed = runtime::Model::open_memory(f.kquant.data(), f.kquant.size());
   const graph::ModelMemory pm = packed->memory(32);
-  EXPECT_EQ(pm.weights_mapped, 0u);
-  EXPECT_GE(pm.weights_heap, mm.weights_heap - n_embd_weights / 32 * 20);
+  const bool q5_packed = kernels::kept_at_load(quant::Type::Q5_0) &&
+                         kernels::preferred_layout(quant::Type::Q5_0) != kernels::kLayoutGguf;
+  EXPECT_EQ(pm.weights_mapped, mapped - (q5_packed ? 1ull * kEmbd * kFf / 32 * 22 : 0));
 }
 
-// `lilims quantize` to Q4_1 writes what the load makes of a Q4_K weight.
+// `lilims quantize` to Q4_1 writes what the load makes of a Q4_K weight
+// where it converts one: the transcode.
 TEST(RequantizedLoad, QuantizeQ4_KToQ4_1Transcodes) {
   const Files f = make_models(3);
   auto kq = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
   const std::vector<uint8_t> out = gguf::requantize(*kq, quant::Type::Q4_1).to_bytes();
   auto a = gguf::File::from_bytes(out.data(), out.size());
-  auto b = gguf::File::from_bytes(f.loaded.data(), f.loaded.size());
   const gguf::TensorInfo& t = a->require_tensor("token_embd.weight");  // the Q4_K one
-  const gguf::TensorInfo& u = b->require_tensor("token_embd.weight");
+  const gguf::TensorInfo& src = kq->require_tensor("token_embd.weight");
   ASSERT_EQ(t.type, (uint32_t)quant::Type::Q4_1);
-  ASSERT_EQ(t.n_bytes, u.n_bytes);
-  EXPECT_EQ(0, std::memcmp(t.data, u.data, t.n_bytes));
+  std::vector<uint8_t> want(quant::row_bytes(quant::Type::Q4_1, (int64_t)src.n_elements));
+  quant::transcode_q4_k_to_q4_1(src.data, want.data(), (int64_t)src.n_elements);
+  ASSERT_EQ(t.n_bytes, want.size());
+  EXPECT_EQ(0, std::memcmp(t.data, want.data(), t.n_bytes));
 }
 
 TEST(RequantizedLoad, QuantizeConvertsOnce) {
