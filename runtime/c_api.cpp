@@ -180,6 +180,18 @@ lilims_status session_options(const char* fn, const lilims_session_params* param
                              " is not a lilims_kv_type (LILIMS_KV_F16 0, LILIMS_KV_Q8_0 1)");
     }
   }
+  if (LILIMS_HAS_FIELD(params, lilims_session_params, kv_commit)) {
+    switch (params->kv_commit) {
+      case LILIMS_KV_COMMIT_DEFAULT: break;
+      case LILIMS_KV_COMMIT_SYNC: opt.kv_commit = lilims::graph::KvCommit::sync; break;
+      case LILIMS_KV_COMMIT_ASYNC: opt.kv_commit = lilims::graph::KvCommit::async; break;
+      default:
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         area + "kv_commit " + std::to_string(params->kv_commit) +
+                             " is not a lilims_kv_commit (LILIMS_KV_COMMIT_DEFAULT 0, "
+                             "LILIMS_KV_COMMIT_SYNC 1, LILIMS_KV_COMMIT_ASYNC 2)");
+    }
+  }
   return LILIMS_OK;
 }
 

@@ -204,10 +204,6 @@ int run_main(int argc, char** argv) {
       throw std::invalid_argument(image_file.empty() ? "--mmproj needs --image"
                                                      : "--image needs --mmproj (the projector GGUF)");
     }
-    if (!image_file.empty() && !save_state.empty()) {
-      throw std::invalid_argument("--save-state cannot store an image: the state format holds "
-                                  "token ids");
-    }
     if (gen.json + !schema_arg.empty() + !tool_files.empty() > 1) {
       throw std::invalid_argument("--json, --json-schema and --tools exclude each other");
     }
