@@ -15,10 +15,10 @@
 #include "models/builders.h"
 #include "models/lora.h"
 #include "models/model.h"
-#include "runtime/json_constraint.h"
+#include "runtime/constrain/json_constraint.h"
 #include "runtime/sampling.h"
-#include "runtime/token_mask.h"
-#include "runtime/tool_format.h"
+#include "runtime/constrain/token_mask.h"
+#include "runtime/constrain/tool_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lilims::runtime {
@@ -65,7 +65,7 @@ class Model {
   // The recognised chat template ("chatml", ...) or "" when the model has none we know.
   const std::string& chat_template() const { return chat_template_; }
   bool has_chat_template_text() const { return has_template_text_; }
-  // The format its chat template writes tool calls in (runtime/tool_format.h).
+  // The format its chat template writes tool calls in (runtime/constrain/tool_format.h).
   ToolFormat tool_format() const { return tool_format_; }
   const std::string& name() const { return name_; }
   // Every token's decoded bytes (constrained decoding tests them).

@@ -11,8 +11,8 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
-#include "runtime/tool_format.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/tool_format.h"
+#include "runtime/constrain/tools.h"
 #include "runtime/vision.h"
 #include "tokenizer/chat.h"
 #include "tools/cli.h"

@@ -370,7 +370,8 @@ lilims_status lilims_session_tokens(const lilims_session *session, lilims_token 
  * 2 * n_layer * n_head_kv * head_dim * 2 for the F16 cache, plus 4), a
  * header naming the format version, the lilims version and a fingerprint of
  * the model, and a checksum.  It loads into any session of the same model
- * and KV cache type whose n_ctx holds its tokens.
+ * and KV cache type whose n_ctx holds its tokens.  An image's positions
+ * (lilims_session_eval_image) are kept as a token's are, under id -1.
  *
  * The bytes lilims_session_save_state writes for the session as it is now. */
 lilims_status lilims_session_state_size(const lilims_session *session, size_t *out_size);

@@ -23,7 +23,7 @@
 #include "models/requantize.h"
 #include "quant/repack.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 #include "runtime/manifest.h"
 #include "test_util.h"
 
