@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "kernels/cpu.h"
 #include "models/weight_convert.h"
 #include "quant/dequant_ref.h"
@@ -13,10 +14,6 @@
 
 namespace lilims::gguf {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The layout a target stores a type in, or nothing (kLayoutGguf) when none holds it.
 quant::PrelaidType layout_for(const std::string& target, quant::Type type) {
