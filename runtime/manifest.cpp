@@ -1,13 +1,13 @@
 #include "runtime/manifest.h"
 
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/file.h"
 #include "base/xxh3.h"
 #include "lilims/lilims.h"
 #include "quant/quant.h"
+#include "runtime/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

@@ -1,8 +1,7 @@
 #include "runtime/tool_format.h"
 
-#include <nlohmann/json.hpp>
-
 #include "base/error.h"
+#include "runtime/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

@@ -1,9 +1,9 @@
 #include "runtime/tools.h"
 
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "base/error.h"
+#include "runtime/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {
