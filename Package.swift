@@ -50,9 +50,9 @@ var librarySettings: [CXXSetting] = [
 // The header-only nlohmann/json from the system (Debian: nlohmann-json3-dev),
 // <nlohmann/json.hpp> on the default include path.
 #else
-// A Mac has no such header of its own: nlohmann/json's Swift package brings
-// it (product "json", whose include path makes it <json.hpp>:
-// runtime/nlohmann_json.h).
+// Elsewhere (a Mac, which has no such header of its own) nlohmann/json's
+// Swift package brings it: product "json", whose include path makes it
+// <json.hpp> (base/nlohmann_json.h).
 packageDependencies.append(.package(url: "https://github.com/nlohmann/json", from: "3.11.3"))
 libraryDependencies.append(.product(name: "json", package: "json"))
 librarySettings.append(.define("LILIMS_JSON_FROM_SWIFTPM"))

@@ -7,7 +7,7 @@
 #include "base/xxh3.h"
 #include "lilims/lilims.h"
 #include "quant/quant.h"
-#include "runtime/nlohmann_json.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

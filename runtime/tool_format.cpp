@@ -1,7 +1,7 @@
 #include "runtime/tool_format.h"
 
 #include "base/error.h"
-#include "runtime/nlohmann_json.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "base/error.h"
-#include "runtime/nlohmann_json.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

@@ -7,8 +7,8 @@
 # README's manifest of the XCFramework package (scripts/build_apple.sh
 # writes it; an XCFramework itself builds only on a Mac).
 #   scripts/test_swift_readme.sh
-# The build shares the repository's .build: after `swift test` there, only
-# the example itself compiles.
+# A release build, as an app ships, sharing the repository's .build: after
+# `swift test -c release` there, only the example itself compiles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -39,8 +39,9 @@ let package = Package(
   ]
 )
 SWIFT
-swift build --package-path "$work" --scratch-path "$repo/.build"
-program=$(swift build --package-path "$work" --scratch-path "$repo/.build" --show-bin-path)/ReadmeExample
+build=(swift build -c release --package-path "$work" --scratch-path "$repo/.build")
+"${build[@]}"
+program=$("${build[@]}" --show-bin-path)/ReadmeExample
 echo "ok   README Swift example builds"
 
 mkdir "$work/binary"
