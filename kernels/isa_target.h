@@ -30,7 +30,10 @@
 // whole file: a header first included outside it and again inside (the
 // standard library's redeclare templates they define) would take the target
 // only in part.  A baseline NEON file needs no region: NEON is part of
-// every aarch64.
+// every aarch64.  On aarch64, clang needs an arm_neon.h that declares the
+// dotprod and i8mm intrinsics with target attributes rather than behind
+// __ARM_FEATURE_* (LLVM 16 on, reviews.llvm.org/D132034; Xcode 16's clang,
+// which the package's swift-tools-version 6.0 requires, is later).
 #pragma once
 
 #if defined(LILIMS_KERNELS_BY_ARCH)

@@ -20,10 +20,10 @@ scripts/fetch_model.sh >/dev/null
 scripts/fetch_gemma.sh >/dev/null
 
 # First, before any CMake build exists: the package builds the library from
-# source by itself.  Release: from a fresh clone on 2 cores (others' load
-# about 0.5) 91 s for the build and the tests, against 140 s in debug, whose
-# quicker build is outweighed by 58 s of tests on SmolLM2 at -O0, one core
-# busy.  The README's example then reuses that build.
+# source by itself.  Release: from a fresh clone on 2 cores, 78 s for the
+# build and the tests, against 140-155 s in debug, whose quicker build is
+# outweighed by 60 s of tests on SmolLM2 at -O0 on one core.  The README's
+# example then reuses that build (8 s with its run).
 if command -v swift >/dev/null; then
   stage "Swift package (Package.swift): swift test -c release, from source"
   swift test -c release
