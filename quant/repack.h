@@ -71,10 +71,12 @@ static_assert(sizeof(BlockQ4_1x4) == 80, "Q4_1x4 block is 80 bytes");
 // and chunks 1-4 the nibbles, as in BlockQ4_0x16.
 struct BlockQ5_0x16 {
   uint16_t d[16];
-  uint32_t qh[16];      // (row 16), little-endian
+  uint8_t qh[16 * 4];   // (row 16, 4 bytes): each row's 32 high bits, little-endian; bytes,
+                        // so the block needs no more alignment than its fp16 scales
   uint8_t qs[16 * 16];  // (chunk 4, row 16, 4 bytes)
 };
 static_assert(sizeof(BlockQ5_0x16) == 352, "Q5_0x16 block is 352 bytes");
+static_assert(alignof(BlockQ5_0x16) == 2, "Q5_0x16 blocks may start at any even address");
 
 struct BlockQ8_0x16 {
   uint16_t d[16];

@@ -412,7 +412,7 @@ TEST(matmul_repack, BlocksRoundTripIncludingPartialGroup) {
 
 // kLayoutX16: chunk c (4 bytes) of row r at qs[(c * 16 + r) * 4] after the
 // 16 rows' scales; Q8_0 bytes XOR 0x80 (q + 128), Q4 and Q5_0 bytes as
-// GGUF's (Q5_0's chunk 0 is qh: BlockQ5_0x16::qh[r]).
+// GGUF's (Q5_0's chunk 0 is qh: BlockQ5_0x16::qh[4 r ..]).
 TEST(matmul_repack, X16BytesAreWhereTheKernelsLoadThem) {
   EXPECT_FALSE(quant::repackable(Type::Q5_0, kernels::kLayoutX4));
   EXPECT_TRUE(quant::repackable(Type::Q5_0, kernels::kLayoutX16));
