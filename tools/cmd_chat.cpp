@@ -130,6 +130,11 @@ std::vector<int32_t> prepare_parts(runtime::Session& session, runtime::Projector
   int32_t pos = 0;
   bool same = true;
   std::vector<int32_t> all;
+  // Forgets the session's rows from n on, and the images held there.
+  const auto truncate_to = [&](int32_t n) {
+    session.truncate(std::min(session.n_past(), n));
+    held.erase(std::remove_if(held.begin(), held.end(), [&](const auto& h) { return h.first >= n; }), held.end());
+  };
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     const Part& p = parts[i];
     if (p.image < 0) {
@@ -137,7 +142,7 @@ std::vector<int32_t> prepare_parts(runtime::Session& session, runtime::Projector
       const std::vector<int32_t>& toks = session.tokens();
       while (same && k < p.ids.size() && (size_t)pos + k < toks.size() && toks[(size_t)pos + k] == p.ids[k]) ++k;
       if (k < p.ids.size()) {
-        if (same) session.truncate(std::min(session.n_past(), pos + (int32_t)k));
+        if (same) truncate_to(pos + (int32_t)k);
         same = false;
         session.eval(std::vector<int32_t>(p.ids.begin() + (ptrdiff_t)k, p.ids.end()));
       }
@@ -149,10 +154,8 @@ std::vector<int32_t> prepare_parts(runtime::Session& session, runtime::Projector
     const bool kept = same && pos + img.n_rows <= session.n_past() &&
                       std::find(held.begin(), held.end(), std::make_pair(pos, p.image)) != held.end();
     if (!kept) {
-      if (same) session.truncate(std::min(session.n_past(), pos));
+      if (same) truncate_to(pos);
       same = false;
-      held.erase(std::remove_if(held.begin(), held.end(), [&](const auto& h) { return h.first >= pos; }),
-                 held.end());
       img.n_rows = projector.eval_image(
           session, {img.pixels.rgb.data(), img.pixels.width, img.pixels.height, 3 * (size_t)img.pixels.width});
       held.emplace_back(pos, p.image);
