@@ -18,12 +18,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // The layout a target stores a type in, or nothing (kLayoutGguf) when none holds it.
 quant::PrelaidType layout_for(const std::string& target, quant::Type type) {
-  quant::PrelaidType p;
-  p.type = type;
-  p.layout = target == "avx512vnni" ? quant::kLayoutX16 : quant::kLayoutX4;
-  p.q4_0_xor = target == "neon" && type == quant::Type::Q4_0;
-  if (quant::repacked_bytes(type, p.layout, 1, quant::kBlock) == 0) p.layout = quant::kLayoutGguf;
-  return p;
+  const int layout = target == "avx512vnni" ? quant::kLayoutX16 : quant::kLayoutX4;
+  if (!quant::repackable(type, layout)) return quant::PrelaidType{type, quant::kLayoutGguf, false};
+  return quant::prelaid_for(type, layout, target == "neon");
 }
 
 // A layer's tensors a load stacks into one weight, in their stacking order.
@@ -70,8 +67,8 @@ Writer lay_out(const File& in, const std::string& target) {
     const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
     std::vector<uint8_t> bytes(quant::prelaid_bytes(p, rows, cols));
     quant::repack(p.type, p.layout, t.data, rows, cols, bytes.data());
-    if (p.q4_0_xor != quant::native_prelaid(p.type, p.layout).q4_0_xor) {
-      quant::flip_q4_0_x4_variant(bytes.data(), rows, cols);
+    if (p.arm_variant != quant::native_prelaid(p.type, p.layout).arm_variant) {
+      quant::flip_variant(p, bytes.data(), rows, cols);
     }
     out.add_tensor(t.name, t.ne, quant::prelaid_type_id(p), bytes.data(), bytes.size());
   };
