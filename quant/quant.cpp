@@ -145,20 +145,11 @@ using Transcode = void (*)(const void*, void*, int64_t);
 struct Format {
   TypeTraits t;
 
+  // The rest as TypeTraits' defaults say: read from files, nothing more.
   constexpr Format(Type type, const char* name, int block_size, size_t block_bytes,
                    size_t scale_bytes, ToFloat to_float)
-      : t{} {
-    t.type = type;
-    t.name = name;
-    t.block_size = block_size;
-    t.block_bytes = block_bytes;
-    t.scale_bytes = scale_bytes;
-    t.to_float = to_float;
-    t.in_files = true;
-    t.act_type = Type::F32;
-    t.packing[kLayoutGguf].holds = true;
+      : t{type, name, block_size, block_bytes, scale_bytes, to_float} {
     t.load_as = type;
-    t.file_type = -1;
   }
   // The matmul kernels read it, with activations quantized to `act`.
   constexpr Format kernels(Type act) const {

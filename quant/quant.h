@@ -189,29 +189,29 @@ struct TypeTraits {
   // --- reading -------------------------------------------------------------
   // Tensors in GGUF files may hold it (readable_traits()); false for an
   // activation-only format.
-  bool in_files;
+  bool in_files = true;
   // The matmul kernels read weights of it (type_traits() returns only these).
-  bool kernels;
-  Type act_type;  // the format activations are quantized to for its matmul
+  bool kernels = false;
+  Type act_type = Type::F32;  // the format activations are quantized to for its matmul
   // By layout id; [kLayoutGguf] holds every format.
-  Packing packing[kLayoutCount];
+  Packing packing[kLayoutCount] = {{true, 0, 0}};
   // The kernel type a load converts it to where it is not run as it is
   // (kernels::kept_at_load); `type` itself when it always is.
-  Type load_as;
+  Type load_as = Type::F32;
   // When set, converts n elements straight to load_as, with less error than
   // dequantizing and quantizing again; else the load goes through floats.
-  void (*transcode)(const void* src, void* dst, int64_t n);
-  bool kv;  // the KV cache can be held in it (rows of head_dim elements)
+  void (*transcode)(const void* src, void* dst, int64_t n) = nullptr;
+  bool kv = false;  // the KV cache can be held in it (rows of head_dim elements)
 
   // --- writing -------------------------------------------------------------
-  unsigned quantizers;  // Quantizer bits
+  unsigned quantizers = 0;  // Quantizer bits
   // Scalar reference: n floats (a multiple of block_size) into this format;
   // nullptr for a format lilims reads but does not write.
-  void (*from_float)(const float* src, void* dst, int64_t n, QuantMethod method);
+  void (*from_float)(const float* src, void* dst, int64_t n, QuantMethod method) = nullptr;
   // The search weighted by importance[j] (n non-negative floats): kQuantImatrix.
-  void (*from_float_weighted)(const float* src, void* dst, int64_t n, const float* importance);
-  BlockLevels levels;  // kQuantGptq
-  int file_type;       // general.file_type of a model stored in it (LLAMA_FTYPE_*); -1: none
+  void (*from_float_weighted)(const float* src, void* dst, int64_t n, const float* importance) = nullptr;
+  BlockLevels levels = {};  // kQuantGptq
+  int file_type = -1;  // general.file_type of a model stored in it (LLAMA_FTYPE_*); -1: none
 };
 
 // The entry of a Type (every enumerator has one).
