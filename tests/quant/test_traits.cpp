@@ -91,23 +91,28 @@ TEST(quant_traits, NamesAndIdsRoundTrip) {
 }
 
 TEST(quant_traits, BlockGeometryMatchesTheStructs) {
-  EXPECT_EQ(sizeof(BlockQ8_0), traits(Type::Q8_0).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ4_0), traits(Type::Q4_0).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ4_1), traits(Type::Q4_1).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ5_0), traits(Type::Q5_0).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ5_1), traits(Type::Q5_1).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ8_1), traits(Type::Q8_1).block_bytes);
-  EXPECT_EQ(sizeof(BlockIQ4_NL), traits(Type::IQ4_NL).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ2_K), traits(Type::Q2_K).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ3_K), traits(Type::Q3_K).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ4_K), traits(Type::Q4_K).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ5_K), traits(Type::Q5_K).block_bytes);
-  EXPECT_EQ(sizeof(BlockQ6_K), traits(Type::Q6_K).block_bytes);
-  EXPECT_EQ(offsetof(BlockQ8_0, q), traits(Type::Q8_0).scale_bytes);
-  EXPECT_EQ(offsetof(BlockQ4_0, qs), traits(Type::Q4_0).scale_bytes);
-  EXPECT_EQ(offsetof(BlockQ4_1, qs), traits(Type::Q4_1).scale_bytes);
-  EXPECT_EQ(offsetof(BlockQ5_0, qh), traits(Type::Q5_0).scale_bytes);
-  EXPECT_EQ(offsetof(BlockQ8_1, q), traits(Type::Q8_1).scale_bytes);
+  // (type, sizeof its block struct, offset of its quants: 0 where not repacked)
+  const struct {
+    Type type;
+    size_t bytes, quants;
+  } kStructs[] = {
+      {Type::Q4_0, sizeof(BlockQ4_0), offsetof(BlockQ4_0, qs)},
+      {Type::Q4_1, sizeof(BlockQ4_1), offsetof(BlockQ4_1, qs)},
+      {Type::Q5_0, sizeof(BlockQ5_0), offsetof(BlockQ5_0, qh)},
+      {Type::Q5_1, sizeof(BlockQ5_1), 0},
+      {Type::Q8_0, sizeof(BlockQ8_0), offsetof(BlockQ8_0, q)},
+      {Type::Q8_1, sizeof(BlockQ8_1), offsetof(BlockQ8_1, q)},
+      {Type::Q2_K, sizeof(BlockQ2_K), 0},
+      {Type::Q3_K, sizeof(BlockQ3_K), 0},
+      {Type::Q4_K, sizeof(BlockQ4_K), 0},
+      {Type::Q5_K, sizeof(BlockQ5_K), 0},
+      {Type::Q6_K, sizeof(BlockQ6_K), 0},
+      {Type::IQ4_NL, sizeof(BlockIQ4_NL), 0},
+  };
+  for (const auto& s : kStructs) {
+    EXPECT_EQ(s.bytes, traits(s.type).block_bytes) << traits(s.type).name;
+    EXPECT_EQ(s.quants, traits(s.type).scale_bytes) << traits(s.type).name;
+  }
   for (Type t : {Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
     EXPECT_EQ(kBlockK, traits(t).block_size) << traits(t).name;
   }
