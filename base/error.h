@@ -1,5 +1,5 @@
 // Errors inside the library.  C++ code throws lilims::Error; the C API
-// (runtime/c_api.cpp) catches it and returns its status with its message.
+// (runtime/capi/c_api.cpp) catches it and returns its status with its message.
 // Messages start with the operation that failed: "[gguf] ...".
 #pragma once
 

@@ -25,36 +25,22 @@
 # (q4_0 8x8 exists only for SVE; llama.cpp has no repacked Q4_1.)
 #
 # Usage: bench/mca_llamacpp_neon.sh [llvm-mca binary]
-#   LLAMACPP_SRC  llama.cpp source root (default: the sdist cache below)
+#   LLAMACPP_SRC  llama.cpp source root (default: the sdist, bench/mca_common.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mca=${1:-$(command -v llvm-mca || command -v llvm-mca-14)}
 mc=${LLVM_MC:-$(command -v llvm-mc || command -v llvm-mc-14)}
 cc=${CC_AARCH64:-aarch64-linux-gnu-gcc}
 cxx=${CXX_AARCH64:-aarch64-linux-gnu-g++}
-version=0.3.36
-sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-src=${LLAMACPP_SRC:-}
-if [ -z "$src" ]; then
-  for d in "$HOME"/.cache/lilims/llamacpp-"$version"-*/_src/llama_cpp_python-"$version"/vendor/llama.cpp; do
-    [ -d "$d/ggml/src/ggml-cpu/arch/arm" ] && { src=$d; break; }
-  done
-fi
-if [ -z "$src" ]; then
-  echo "fetching llama-cpp-python==$version (sdist) with pip download" >&2
-  # Only this package from source: its build dependencies come as wheels.
-  pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$tmp/dl" >&2
-  sdist=$(ls "$tmp"/dl/llama_cpp_python-"$version".tar.gz)
-  echo "$sha256  $sdist" | sha256sum -c - >&2
-  tar -xzf "$sdist" -C "$tmp"
-  src=$tmp/llama_cpp_python-$version/vendor/llama.cpp
-fi
+# shellcheck source=bench/mca_common.sh
+source "$root/bench/mca_common.sh"
+llamacpp_source
+src=$llamacpp_src
 arm=$src/ggml/src/ggml-cpu/arch/arm
 inc=(-I"$src/ggml/include" -I"$src/ggml/src" -I"$src/ggml/src/ggml-cpu")
-echo "llama.cpp source: $src" >&2
 echo "compiler: $("$cc" --version | head -1); llvm-mca: $("$mca" --version | grep -i 'version' | head -1 | sed 's/^ *//')" >&2
 
 fns_dotprod='ggml_vec_dot_q8_0_q8_0 ggml_vec_dot_q4_0_q8_0 ggml_vec_dot_q4_1_q8_1
@@ -78,9 +64,6 @@ check_inst() {
     echo ".inst encodings do not match their comments" >&2; exit 1
   fi
 }
-
-# shellcheck source=bench/mca_common.sh
-source "$root/bench/mca_common.sh"
 
 printf "| build | function | loop (dot) | blocks/iter | apple-a14 cyc/iter | a14 cyc/block | cortex-a76 cyc/iter | a76 cyc/block |\n"
 printf "|---|---|---|---|---|---|---|---|\n"

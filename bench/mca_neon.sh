@@ -5,8 +5,9 @@
 # the flags of the cross build (-O3, the file's flags from
 # kernels/CMakeLists.txt) plus
 # -DLILIMS_MCA_MARKERS, which puts an asm comment "// LILIMS-MCA-LOOP <tile>
-# rows=R tokens=T kblocks=B" at the top of each block-loop body (kernels/arm/
-# matmul_x4_neon_impl.h): the loop does R rows x T tokens x B block columns
+# rows=R tokens=T kblocks=B" at the top of each block-loop body
+# (kernels/mca_marker.h, placed in kernels/arm/matmul_x4_neon_impl.h and the
+# dotprod / i8mm files): the loop does R rows x T tokens x B block columns
 # of K per iteration.  The region analysed is the innermost loop around
 # the marker as compiled (bench/mca_loops.awk: from the loop's label to its
 # back-edge, so the pointer increments, compare and branch are in), one per
@@ -15,6 +16,9 @@
 # int8 multiply-adds are exactly 32 per such block.  llvm-mca's
 # diagnostics are printed, and any error, a marker outside a loop or a
 # multiply-add count that does not match stops the script.
+# The loops analysed are those of the build with markers, which GCC may
+# compile a little differently (bench/README.md: K-quant and Q5_0 loops,
+# where bench/mca_kquant.sh analyses the build without them).
 # Usage: bench/mca_neon.sh [llvm-mca binary]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -15,6 +15,7 @@
 #include "models/arch.h"
 #include "models/builders.h"
 #include "models/model.h"
+#include "models/weight_convert.h"
 #include "quant/prelaid.h"
 #include "quant/repack.h"
 #include "quant/quantize.h"
@@ -208,11 +209,8 @@ class Reader {
   }
 
   // A weight in a type lilims only dequantizes, or one this CPU runs faster
-  // converted: each row converted directly when its traits can, else to
-  // floats and then to the kernel type its traits name (load_as; quant/
-  // quant.cpp says why that one).
-  // GGML's plain rounding: the error it adds is bounded (half a Q8_0 step)
-  // and the load stays fast; `lilims quantize` offers the search.
+  // converted: into the kernel type its traits' load_as names
+  // (models/weight_convert.h).
   void requantize(const gguf::TensorInfo& t, Weight& w) {
     const quant::TypeTraits* src = quant::readable_traits(t.type);
     if (!src || src->load_as == src->type) {
@@ -220,24 +218,12 @@ class Reader {
                                       ", which lilims cannot read");
     }
     const quant::Type to = src->load_as;
-    const size_t src_row = quant::row_bytes(src->type, w.cols);
-    const size_t dst_row = quant::row_bytes(to, w.cols);
     if (w.cols % quant::traits(to).block_size != 0) {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " (" + src->name + ") has rows of " +
                                       std::to_string(w.cols) + " elements, not whole " +
                                       quant::traits(to).name + " blocks");
     }
-    auto bytes = std::make_shared<std::vector<uint8_t>>(dst_row * (size_t)w.rows);
-    std::vector<float> row((size_t)w.cols);
-    for (int64_t r = 0; r < w.rows; ++r) {
-      if (src->transcode) {
-        src->transcode(t.data + (size_t)r * src_row, bytes->data() + (size_t)r * dst_row, w.cols);
-        continue;
-      }
-      src->to_float(t.data + (size_t)r * src_row, row.data(), w.cols);
-      quant::quantize_row(to, row.data(), bytes->data() + (size_t)r * dst_row, w.cols,
-                          quant::QuantMethod::plain);
-    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(convert_for_kernels(*src, t.data, w.rows, w.cols));
     f_.drop_pages(t.data, t.n_bytes);
     w.copy_reason = std::string("re-quantized from ") + src->name + " to " + quant::traits(to).name +
                     " (no kernel reads " + src->name + ")";

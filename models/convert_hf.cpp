@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/strings.h"
 #include "models/arch.h"
 #include "models/hf_tokenizer.h"
 #include "models/requantize.h"
@@ -205,10 +206,6 @@ const Family* family_of(const std::string& arch) {
 }
 
 
-bool ends_with(const std::string& s, const char* tail) {
-  const size_t n = std::char_traits<char>::length(tail);
-  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
-}
 
 // The family of config.json's "architectures" class, from models/arch.h.
 const ArchDesc& arch_of(const json& cfg) {

@@ -46,7 +46,7 @@ struct PeftConvertOptions {
   // (round to nearest even) for every lora_a / lora_b tensor.
   quant::Type type = quant::Type::F32;
   std::string name;  // general.name; empty: the directory's name
-  // The tool format the adapter was trained with (runtime/tool_format.h
+  // The tool format the adapter was trained with (runtime/constrain/tool_format.h
   // names), written as lilims.tool_format so that lilims uses it with the
   // adapter; empty: none.  llama.cpp ignores the key.
   std::string tool_format;

@@ -5,16 +5,14 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "kernels/cpu.h"
+#include "models/weight_convert.h"
 #include "quant/prelaid.h"
 #include "quant/repack.h"
 
 namespace lilims::gguf {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The layout a target stores a type in, or nothing (kLayoutGguf) when none holds it.
 quant::PrelaidType layout_for(const std::string& target, quant::Type type) {
@@ -44,7 +42,7 @@ std::string layout_target(const std::string& name) {
                                                name + "'");
 }
 
-Writer lay_out(const File& in, const std::string& target) {
+Writer lay_out(const File& in, const std::string& target, LayOutStats* stats) {
   in.require_readable_types();
   const bool tied = in.find_tensor("output.weight") == nullptr;
   Writer out;
@@ -57,16 +55,36 @@ Writer lay_out(const File& in, const std::string& target) {
 
   auto emit = [&](const TensorInfo& t) {
     const quant::TypeTraits* tt = quant::type_traits(t.type);
-    const bool matmul = t.ne.size() == 2 && ends_with(t.name, ".weight") && tt &&
-                        (t.name != "token_embd.weight" || tied);
-    const quant::PrelaidType p = matmul ? layout_for(target, tt->type) : quant::PrelaidType{};
-    if (p.layout == quant::kLayoutGguf) {
-      out.add_tensor(t.name, t.ne, t.type, t.data, t.n_bytes);
+    // A type a load converts (to its traits' load_as), or nullptr.
+    const quant::TypeTraits* conv = quant::readable_traits(t.type);
+    if (conv && conv->load_as == conv->type) conv = nullptr;
+    const bool weight = t.ne.size() == 2 && ends_with(t.name, ".weight") && (tt || conv);
+    // An embedding with its own output beside it is only read row by row:
+    // it keeps GGUF rows.
+    const bool rows_only = weight && t.name == "token_embd.weight" && !tied;
+    quant::PrelaidType p = weight && tt ? layout_for(target, tt->type) : quant::PrelaidType{};
+    const int64_t rows = weight ? (int64_t)t.ne[1] : 0, cols = weight ? (int64_t)t.ne[0] : 0;
+    // A type the target has no layout for but a load converts (K-quants,
+    // Q5_0 without the 16-row kernel, BF16 ...): converted here as the load
+    // would, then laid out.
+    const uint8_t* data = t.data;
+    uint32_t type = t.type;
+    uint64_t n_bytes = t.n_bytes;
+    std::vector<uint8_t> converted;
+    if (weight && conv && p.layout == quant::kLayoutGguf && cols % quant::traits(conv->load_as).block_size == 0) {
+      converted = models::convert_for_kernels(*conv, t.data, rows, cols);
+      data = converted.data();
+      type = (uint32_t)conv->load_as;
+      n_bytes = converted.size();
+      p = layout_for(target, conv->load_as);
+      if (stats) ++stats->converted[std::string(conv->name) + " -> " + quant::traits(conv->load_as).name];
+    }
+    if (rows_only || p.layout == quant::kLayoutGguf) {
+      out.add_tensor(t.name, t.ne, type, data, n_bytes);
       return;
     }
-    const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
     std::vector<uint8_t> bytes(quant::prelaid_bytes(p, rows, cols));
-    quant::repack(p.type, p.layout, t.data, rows, cols, bytes.data());
+    quant::repack(p.type, p.layout, data, rows, cols, bytes.data());
     if (p.arm_variant != quant::native_prelaid(p.type, p.layout).arm_variant) {
       quant::flip_variant(p, bytes.data(), rows, cols);
     }

@@ -4,6 +4,7 @@
 // tensor types and the version key).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "models/gguf.h"
@@ -29,8 +30,16 @@ std::string layout_target(const std::string& name);
 // layer's attn_q, attn_k, attn_v follow each other in that order, and
 // ffn_gate then ffn_up, so a load stacks them without a copy; the data is
 // aligned to quant::kPrelaidAlignment; metadata gains lilims.layout.version
-// and lilims.layout.target.  Throws LILIMS_ERR_UNSUPPORTED for a tensor lilims
+// and lilims.layout.target.  A weight of a type the target has no layout
+// for but a load converts (Q4_K, Q5_K, Q6_K, Q5_0 outside avx512vnni, BF16,
+// ...: their traits' load_as) is converted here as a load would
+// (models/weight_convert.h), bit for bit, then laid out: the file is larger
+// (Q6_K 6.6 -> Q8_0 8.5 bits a weight, Q4_K 4.5 -> Q4_1 5) and its load
+// copies nothing.  Throws LILIMS_ERR_UNSUPPORTED for a tensor lilims
 // cannot read (already pre-laid ones included).
-Writer lay_out(const File& in, const std::string& target);
+struct LayOutStats {
+  std::map<std::string, int> converted;  // "Q6_K -> Q8_0": tensors converted
+};
+Writer lay_out(const File& in, const std::string& target, LayOutStats* stats = nullptr);
 
 }  // namespace lilims::gguf

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/fp16.h"
+#include "base/strings.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 
@@ -39,10 +40,6 @@ std::vector<float> floats_of(const gguf::TensorInfo& t) {
     if (!std::isfinite(v)) fail(LILIMS_ERR_BAD_FORMAT, t.name + ": holds a value that is not finite");
   }
   return out;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace

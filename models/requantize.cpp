@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/for_each_index.h"
+#include "base/strings.h"
 #include "models/awq.h"
 #include "models/gptq.h"
 #include "quant/quantize.h"
@@ -115,10 +116,6 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
   out.add_u32("general.file_type", static_cast<uint32_t>(ftype));
   if (target->block_size > 1) out.add_u32("general.quantization_version", 2);
 
-  auto ends_with = [](const std::string& s, const char* suffix) {
-    const size_t n = std::strlen(suffix);
-    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-  };
   auto is_weight = [&](const TensorInfo& t) { return t.ne.size() == 2 && ends_with(t.name, ".weight"); };
   // The rule each tensor takes (-1: none); every rule must take one.
   std::vector<int> rule_of(in.tensors().size(), -1);

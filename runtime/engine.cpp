@@ -399,15 +399,6 @@ size_t Session::embedding_rows_end(size_t n) const {
   return 0;
 }
 
-void Session::check_no_embedding_rows(const char* what) const {
-  if (embedding_rows_end(tokens_.size()) != 0) {
-    throw Error(LILIMS_ERR_UNSUPPORTED,
-                std::string("[state] cannot ") + what +
-                    ": the session holds embedding rows (an image), which a state stores no "
-                    "ids for; truncate before them or reset first");
-  }
-}
-
 void Session::eval_all_logits(const std::vector<int32_t>& tokens, std::vector<float>& logits) {
   Call call(*this);
   eval_block_impl(tokens, &logits, false);

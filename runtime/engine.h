@@ -15,10 +15,10 @@
 #include "models/builders.h"
 #include "models/lora.h"
 #include "models/model.h"
-#include "runtime/json_constraint.h"
+#include "runtime/constrain/json_constraint.h"
 #include "runtime/sampling.h"
-#include "runtime/token_mask.h"
-#include "runtime/tool_format.h"
+#include "runtime/constrain/token_mask.h"
+#include "runtime/constrain/tool_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lilims::runtime {
@@ -65,7 +65,7 @@ class Model {
   // The recognised chat template ("chatml", ...) or "" when the model has none we know.
   const std::string& chat_template() const { return chat_template_; }
   bool has_chat_template_text() const { return has_template_text_; }
-  // The format its chat template writes tool calls in (runtime/tool_format.h).
+  // The format its chat template writes tool calls in (runtime/constrain/tool_format.h).
   ToolFormat tool_format() const { return tool_format_; }
   const std::string& name() const { return name_; }
   // Every token's decoded bytes (constrained decoding tests them).
@@ -337,11 +337,11 @@ class Session {
   static constexpr int32_t kEmbeddingRow = -1;
   // Appends n rows of n_embd floats (an image's projected features) to the
   // sequence and runs them as prefill blocks, as eval does tokens; tokens()
-  // holds kEmbeddingRow at their positions.  Same errors as eval.  While the
-  // session holds such rows, state_size / save_state refuse
-  // (LILIMS_ERR_UNSUPPORTED: the state format stores token ids), a context
-  // shift that would move them is refused before generate evaluates
-  // anything, and prompt-lookup drafts never copy or match them.
+  // holds kEmbeddingRow at their positions.  Same errors as eval.  A saved
+  // state keeps their K/V rows under the same id (no projector is needed to
+  // load it); a context shift that would move them is refused before
+  // generate evaluates anything, and prompt-lookup drafts never copy or
+  // match them.
   void eval_embeddings(const float* rows, int32_t n);
 
   // Every option is checked before the prompt is evaluated: an invalid one
@@ -450,8 +450,6 @@ class Session {
   void check_tokens(size_t n_past, const std::vector<int32_t>& tokens) const;
   // One past the last embedding row among the first n positions (0: none).
   size_t embedding_rows_end(size_t n) const;
-  // Throws LILIMS_ERR_UNSUPPORTED ("[state] ...") when tokens_ holds embedding rows.
-  void check_no_embedding_rows(const char* what) const;
   // ContextPolicy::shift: drops tokens after the kept start and evaluates
   // the rest, with `next` (not yet evaluated) appended, at their new positions.
   void shift_context(int32_t n_keep, int32_t next);

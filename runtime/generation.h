@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "runtime/engine.h"
-#include "runtime/json_constraint.h"
-#include "runtime/lazy_constraint.h"
+#include "runtime/constrain/json_constraint.h"
+#include "runtime/constrain/lazy_constraint.h"
 #include "runtime/stop_strings.h"
 #include "tokenizer/unicode.h"
 

@@ -294,7 +294,7 @@ StateView check_state(const SessionShape& s, int32_t n_ctx, const uint8_t* d, si
   v.logits = has_logits ? d + lay.logits : nullptr;
   for (uint32_t i = 0; i < n_tokens; ++i) {
     const uint32_t t = get_u32(v.tokens + 4 * (size_t)i);
-    if (t >= n_vocab) {
+    if (t >= n_vocab && t != (uint32_t)Session::kEmbeddingRow) {
       refuse(LILIMS_ERR_BAD_FORMAT, "token " + std::to_string(i) + " of the state has id " +
                                         std::to_string((int32_t)t) + ", outside the vocabulary");
     }
@@ -360,7 +360,6 @@ uint64_t Model::fingerprint() const {
 
 uint64_t Session::state_size() {
   Call call(*this);
-  check_no_embedding_rows("size a state");
   const models::HParams& hp = model_.hparams();
   return state_layout(tokens_.size(), (uint64_t)hp.n_layer, exec_->kv_cache().row_bytes(),
                       (uint64_t)hp.n_vocab, has_logits_)
@@ -369,7 +368,6 @@ uint64_t Session::state_size() {
 
 size_t Session::save_state(void* buf, size_t capacity) {
   Call call(*this);
-  check_no_embedding_rows("save a state");
   const models::HParams& hp = model_.hparams();
   const uint64_t need = state_layout(tokens_.size(), (uint64_t)hp.n_layer,
                                      exec_->kv_cache().row_bytes(), (uint64_t)hp.n_vocab,
@@ -392,7 +390,6 @@ size_t Session::save_state(void* buf, size_t capacity) {
 
 void Session::save_state_file(const std::string& path) {
   Call call(*this);
-  check_no_embedding_rows("save a state");
   if (path.empty()) throw Error(LILIMS_ERR_IO, "[state] empty path: a file name is needed");
   const SessionShape s = shape_of(model_, *exec_);
   const std::string tmp = path + ".partial";

@@ -21,7 +21,8 @@
 //     64  u32      n_tokens
 //     68  u32      has_logits (0 or 1)
 //     72  u64      total bytes of the state, checksum included
-//   tokens          n_tokens x i32
+//   tokens          n_tokens x i32 (-1 at a position that holds an embedding
+//                   row, e.g. an image's: its K/V rows are stored as a token's)
 //   rows            per layer: K of positions [0, n_tokens), then V of them
 //   logits          n_vocab x f32 when has_logits
 //   checksum        u64 XXH3-64 of every byte before it

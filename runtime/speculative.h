@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/token_mask.h"
+#include "runtime/constrain/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lilims::runtime {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/strings.h"
 
 namespace lilims::tok {
 
@@ -28,11 +29,6 @@ constexpr const char* kQwen25DefaultSystem =
 // Qwen1.5-Chat's and Qwen2-Instruct's.
 constexpr const char* kQwen15DefaultSystem = "You are a helpful assistant.";
 
-bool starts_with(const std::string& s, const char* p) { return s.compare(0, std::strlen(p), p) == 0; }
-bool ends_with(const std::string& s, const char* p) {
-  const size_t n = std::strlen(p);
-  return s.size() >= n && s.compare(s.size() - n, n, p) == 0;
-}
 // Python's str.strip / lstrip / rstrip of the given characters.
 std::string lstrip(const std::string& s, const char* chars) {
   const size_t b = s.find_first_not_of(chars);

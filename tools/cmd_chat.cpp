@@ -2,18 +2,27 @@
 // re-renders the conversation with the chat template and reuses the KV cache
 // for the part the session already holds.  With --context-shift a full
 // context drops old tokens (the system turn stays), and a conversation whose
-// rendering no longer fits drops its oldest turns.
+// rendering no longer fits drops its oldest turns.  With --mmproj, a line
+// `/image PATH` attaches a picture to the next message.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "runtime/engine.h"
+#include "runtime/vision.h"
 #include "tokenizer/chat.h"
 #include "tools/cli.h"
 #include "tools/common.h"
+#include "tools/image_io.h"
 
 namespace {
 
@@ -29,6 +38,9 @@ void usage() {
       "  --exec fast|ref|oracle, --no-mmap, --memory-budget BYTES (model and session;\n"
       "  suffix K, M, G),\n"
       "  --chunk-layers K, --kv-commit sync|async\n"
+      "  --mmproj FILE             the multimodal projector GGUF made for the model: then a\n"
+      "                             line `/image PATH` (PNG or JPEG) attaches the picture to\n"
+      "                             the next message, before its text\n"
       "  --parse-special-in-prompt  special-token text in messages becomes special tokens\n"
       "                             (by default it is plain text: only the template's\n"
       "                             markers are special)\n"
@@ -57,9 +69,105 @@ size_t system_turn_tokens(const tok::Tokenizer& tk, const std::string& tmpl,
   return n;
 }
 
+// Where an attached image goes in its message's text.  A typed line never
+// holds a newline, so the marker cannot come from the user.
+constexpr const char kImageMark[] = "<__image__\n>";
+
+// A picture in the conversation: its pixels, and its rows once evaluated.
+struct ChatImage {
+  tools::DecodedImage pixels;
+  int32_t n_rows = 0;  // 0 until the projector ran it
+};
+
+// The rendered conversation cut at its images: token ids, or one image.
+struct Part {
+  std::vector<int32_t> ids;
+  int image = -1;  // index into the chat's images, or -1 for ids
+};
+
+// Renders the conversation and cuts it where kImageMark stands; the marks
+// appear in the order of `images_in_order` (the images of the kept turns).
+std::vector<Part> render_parts(const tok::Tokenizer& tk, const std::string& tmpl,
+                               const std::vector<tok::ChatMessage>& history,
+                               const std::vector<int>& images_in_order, bool special) {
+  std::vector<Part> parts;
+  std::vector<tok::ChatSegment> run;
+  bool first = true;
+  const auto flush = [&] {
+    parts.push_back({tok::encode_chat_segments(tk, run, first, special), -1});
+    run.clear();
+    first = false;
+  };
+  size_t next_image = 0;
+  for (tok::ChatSegment seg : tok::chat_template_segments(tmpl, history, true)) {
+    size_t at;
+    while (!seg.markup && (at = seg.text.find(kImageMark)) != std::string::npos) {
+      if (next_image == images_in_order.size()) {
+        throw std::logic_error("the rendered conversation holds more image marks than images");
+      }
+      run.push_back({seg.text.substr(0, at), false});
+      flush();
+      parts.push_back({{}, images_in_order[next_image++]});
+      seg.text.erase(0, at + sizeof kImageMark - 1);
+    }
+    run.push_back(seg);
+  }
+  flush();
+  if (next_image != images_in_order.size()) {
+    throw Error(LILIMS_ERR_UNSUPPORTED, "the chat template dropped an image's place in the conversation");
+  }
+  return parts;
+}
+
+// Brings the session to hold every part but the last (the text the answer
+// follows): parts it holds already are kept (an image only when the same
+// image sits at the same position), the rest evaluated.  Returns the whole
+// conversation as the session's ids (image rows as kEmbeddingRow), for
+// generate_reusing_prefix to reuse all but the last part.
+std::vector<int32_t> prepare_parts(runtime::Session& session, runtime::Projector& projector,
+                                   std::vector<ChatImage>& images, std::vector<std::pair<int32_t, int>>& held,
+                                   const std::vector<Part>& parts) {
+  int32_t pos = 0;
+  bool same = true;
+  std::vector<int32_t> all;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const Part& p = parts[i];
+    if (p.image < 0) {
+      size_t k = 0;
+      const std::vector<int32_t>& toks = session.tokens();
+      while (same && k < p.ids.size() && (size_t)pos + k < toks.size() && toks[(size_t)pos + k] == p.ids[k]) ++k;
+      if (k < p.ids.size()) {
+        if (same) session.truncate(std::min(session.n_past(), pos + (int32_t)k));
+        same = false;
+        session.eval(std::vector<int32_t>(p.ids.begin() + (ptrdiff_t)k, p.ids.end()));
+      }
+      all.insert(all.end(), p.ids.begin(), p.ids.end());
+      pos += (int32_t)p.ids.size();
+      continue;
+    }
+    ChatImage& img = images[(size_t)p.image];
+    const bool kept = same && pos + img.n_rows <= session.n_past() &&
+                      std::find(held.begin(), held.end(), std::make_pair(pos, p.image)) != held.end();
+    if (!kept) {
+      if (same) session.truncate(std::min(session.n_past(), pos));
+      same = false;
+      held.erase(std::remove_if(held.begin(), held.end(), [&](const auto& h) { return h.first >= pos; }),
+                 held.end());
+      img.n_rows = projector.eval_image(
+          session, {img.pixels.rgb.data(), img.pixels.width, img.pixels.height, 3 * (size_t)img.pixels.width});
+      held.emplace_back(pos, p.image);
+    }
+    all.insert(all.end(), (size_t)img.n_rows, runtime::Session::kEmbeddingRow);
+    pos += img.n_rows;
+  }
+  if (parts.back().ids.empty()) throw std::logic_error("the conversation ends in an image");
+  all.insert(all.end(), parts.back().ids.begin(), parts.back().ids.end());
+  return all;
+}
+
 int chat_main(int argc, char** argv) {
   tools::CommonArgs common;
-  std::string system_prompt, template_name;
+  std::string system_prompt, template_name, mmproj_file;
   runtime::GenerateOptions gen;
   gen.max_tokens = 512;
   gen.sampling.temperature = 0.7f;
@@ -79,6 +187,8 @@ int chat_main(int argc, char** argv) {
         system_prompt = next();
       } else if (a == "--template") {
         template_name = next();
+      } else if (a == "--mmproj") {
+        mmproj_file = next();
       } else if (a == "--parse-special-in-prompt") {
         special_in_messages = true;
       } else if (a == "-v" || a == "--verbose") {
@@ -105,7 +215,13 @@ int chat_main(int argc, char** argv) {
     runtime::Session session(*model, common.session_options(*model));
     const tools::LoadedAdapters adapters = tools::open_adapters(common, *model);
     session.set_adapters(adapters.uses);
+    std::unique_ptr<runtime::Projector> projector;
+    if (!mmproj_file.empty()) projector = runtime::Projector::open(mmproj_file);
     std::vector<tok::ChatMessage> history;
+    std::vector<int> image_of;  // per message of history: its image, or -1
+    std::vector<ChatImage> images;
+    std::vector<std::pair<int32_t, int>> held;  // (first position, image) the session holds
+    int pending_image = -1;
     if (!system_prompt.empty()) history.push_back({"system", system_prompt});
     const bool shift = gen.context_policy == runtime::ContextPolicy::shift;
     if (shift && gen.n_keep < 0) {
@@ -122,22 +238,68 @@ int chat_main(int argc, char** argv) {
     while (true) {
       if (tty) std::fprintf(stderr, "> ");
       if (!std::getline(std::cin, line) || line.empty()) break;
-      history.push_back({"user", line});
-      const auto render = [&] {
-        return tok::encode_chat(model->tokenizer(), tmpl, history, true, true, special_in_messages);
+      if (line.rfind("/image", 0) == 0 && (line.size() == 6 || line[6] == ' ')) {
+        // A bad picture or a missing projector is said and the chat goes on.
+        const size_t at = line.find_first_not_of(' ', 6);
+        if (!projector) {
+          std::fprintf(stderr, "lilims chat: /image needs --mmproj (the projector GGUF made for the model)\n");
+        } else if (at == std::string::npos) {
+          std::fprintf(stderr, "lilims chat: /image needs a path: /image PATH\n");
+        } else {
+          try {
+            ChatImage img;
+            img.pixels = tools::decode_image_file(line.substr(at));
+            if (pending_image >= 0) {
+              std::fprintf(stderr, "lilims chat: the previous /image is replaced\n");
+            } else {
+              pending_image = (int)images.size();
+              images.emplace_back();
+            }
+            images[(size_t)pending_image] = std::move(img);
+            std::fprintf(stderr, "[lilims] image %dx%d: it goes with your next message\n",
+                         images[(size_t)pending_image].pixels.width, images[(size_t)pending_image].pixels.height);
+          } catch (const Error& e) {
+            std::fprintf(stderr, "lilims chat: %s\n", e.what());
+          }
+        }
+        continue;
+      }
+      history.push_back({"user", pending_image >= 0 ? kImageMark + line : line});
+      image_of.resize(history.size() - 1, -1);
+      image_of.push_back(pending_image);
+      pending_image = -1;
+      const auto images_in_order = [&] {
+        std::vector<int> order;
+        for (int i : image_of) {
+          if (i >= 0) order.push_back(i);
+        }
+        return order;
       };
-      auto ids = render();
+      // Positions the conversation takes (an image not yet encoded counts
+      // the projector's rows).
+      const auto render = [&] {
+        std::vector<Part> parts = render_parts(model->tokenizer(), tmpl, history, images_in_order(),
+                                               special_in_messages);
+        size_t n = 0;
+        for (const Part& p : parts) n += p.image < 0 ? p.ids.size() : (size_t)projector->clip().hp.n_patches();
+        return std::make_pair(std::move(parts), n);
+      };
+      auto [parts, n_positions] = render();
       // The oldest turns after the system message go first, a whole
       // exchange at a time, so the rendering still alternates as the template expects.
       const size_t first = system_prompt.empty() ? 0 : 1;
-      while (shift && ids.size() > (size_t)session.n_ctx() / 2 && history.size() - first > 2) {
+      while (shift && n_positions > (size_t)session.n_ctx() / 2 && history.size() - first > 2) {
         history.erase(history.begin() + (ptrdiff_t)first, history.begin() + (ptrdiff_t)first + 2);
-        ids = render();
+        image_of.erase(image_of.begin() + (ptrdiff_t)first, image_of.begin() + (ptrdiff_t)first + 2);
+        std::tie(parts, n_positions) = render();
       }
-      if (ids.size() >= (size_t)session.n_ctx()) {
+      if (n_positions >= (size_t)session.n_ctx()) {
         return cli::fail("chat", "the conversation no longer fits the context of " +
                                      std::to_string(session.n_ctx()) + " tokens");
       }
+      std::vector<int32_t> ids = parts.size() == 1
+                                     ? std::move(parts[0].ids)
+                                     : prepare_parts(session, *projector, images, held, parts);
       const runtime::GenerateResult r = session.generate_reusing_prefix(ids, gen);
       std::fputc('\n', stdout);
       std::fflush(stdout);

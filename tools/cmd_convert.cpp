@@ -12,7 +12,7 @@
 #include "models/convert_hf.h"
 #include "models/convert_llama2c.h"
 #include "models/convert_peft.h"
-#include "runtime/tool_format.h"
+#include "runtime/constrain/tool_format.h"
 #include "tools/cli.h"
 #include "tools/progress.h"
 

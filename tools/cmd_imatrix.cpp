@@ -9,7 +9,7 @@
 #include "base/memory_info.h"
 #include "models/imatrix.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 #include "tools/cli.h"
 #include "tools/common.h"
 #include "tools/progress.h"

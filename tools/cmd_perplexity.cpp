@@ -3,7 +3,7 @@
 // BOS when the vocabulary adds BOS), the second half of each chunk scored:
 // llama.cpp's llama-perplexity method, so the figures compare.  With
 // --kl-base the scored positions' distributions are saved; with --kl-ref
-// they are compared with a saved base (runtime/kl_divergence.h).
+// they are compared with a saved base (runtime/eval/kl_divergence.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,8 +14,8 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
-#include "runtime/kl_divergence.h"
-#include "runtime/perplexity.h"
+#include "runtime/eval/kl_divergence.h"
+#include "runtime/eval/perplexity.h"
 #include "tools/cli.h"
 #include "tools/common.h"
 #include "tools/progress.h"

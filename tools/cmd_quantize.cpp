@@ -1,12 +1,13 @@
 // `lilims quantize`: re-quantize a GGUF model's weights.
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
-#include <algorithm>
 
 #include "base/memory_info.h"
 #include "models/gguf.h"
@@ -14,7 +15,7 @@
 #include "models/layout_file.h"
 #include "models/requantize.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 #include "tools/cli.h"
 #include "tools/common.h"
 #include "tools/progress.h"
@@ -53,7 +54,9 @@ const char kUsage[] =
     "            read, so a load maps them read-only and copies none: native (this CPU),\n"
     "            avx2, avx512vnni, neon, or gguf (default: plain GGUF, what llama.cpp\n"
     "            reads; a laid-out file is lilims' own). TYPE the input's own type\n"
-    "            (general.file_type): only the layout changes, every tensor keeps its bytes\n"
+    "            (general.file_type; for a llama.cpp mix such as Q4_K_M its name): only the\n"
+    "            layout changes, every tensor keeps its bytes but those of a type the\n"
+    "            target has no layout for (K-quants ...), converted as a load would convert them\n"
     "  -t N      threads (default: all cores); the output does not depend on it\n"
     "  --no-progress  no progress on stderr (by default: a live line on a terminal, else a\n"
     "                 line every 5 seconds)\n"
@@ -61,6 +64,35 @@ const char kUsage[] =
     "included), 1-D tensors are stored as F32, other tensors and all metadata are kept.\n"
     "IN may hold types lilims has no kernels for (Q2_K..Q6_K, Q5_1, IQ4_NL, BF16):\n"
     "they are dequantized exactly first, so OUT loads without re-quantizing each time.\n";
+
+// llama.cpp's names of its mixed file types (general.file_type, LLAMA_FTYPE_*)
+// that lilims reads but does not quantize to: with --layout, TYPE may name
+// the input's own to lay it out as it is.
+int mix_file_type(const std::string& name) {
+  static const std::pair<const char*, int> kMixes[] = {
+      {"Q5_1", 9},     {"Q2_K", 10},    {"Q3_K_S", 11}, {"Q3_K_M", 12}, {"Q3_K_L", 13}, {"Q4_K_S", 14},
+      {"Q4_K_M", 15},  {"Q5_K_S", 16},  {"Q5_K_M", 17}, {"Q6_K", 18},   {"IQ4_NL", 25}, {"BF16", 32}};
+  for (const auto& [n, ft] : kMixes) {
+    if (name == n) return ft;
+  }
+  return -1;
+}
+
+// Writes `in` laid out for `layout`, saying what was converted.
+int write_laid_out(const lilims::gguf::File& in, const std::string& out, const std::string& layout,
+                   bool progress) {
+  lilims::gguf::LayOutStats stats;
+  const lilims::gguf::Writer w = lilims::gguf::lay_out(in, layout, &stats);
+  w.write(out);
+  if (progress) {
+    std::string conv;
+    for (const auto& [what, n] : stats.converted) conv += (conv.empty() ? "; converted as a load would: " : ", ") +
+                                                         std::to_string(n) + " " + what;
+    std::fprintf(stderr, "lilims quantize: wrote %s (laid out for %s%s)\n", out.c_str(), layout.c_str(),
+                 conv.c_str());
+  }
+  return 0;
+}
 
 int cmd_quantize(int argc, char** argv) {
   using lilims::quant::Type;
@@ -133,6 +165,20 @@ int cmd_quantize(int argc, char** argv) {
   }
   if (n_pos != 3) return lilims::cli::fail("quantize", "expects IN.gguf OUT.gguf TYPE (try --help)");
   const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(pos[2]);
+  if (!tt && layout != "gguf" && mix_file_type(pos[2]) >= 0) {
+    try {
+      auto in = lilims::gguf::File::open(pos[0]);
+      const int64_t ft = in->get_int_or("general.file_type", -1);
+      if (ft != mix_file_type(pos[2])) {
+        return lilims::cli::fail("quantize", pos[2] + " is not a type lilims quantizes to; with --layout it may "
+                                             "name the input's own file type, and " + pos[0] + " has general.file_type " +
+                                             std::to_string(ft) + ", not " + std::to_string(mix_file_type(pos[2])));
+      }
+      return write_laid_out(*in, pos[1], layout, progress);
+    } catch (const std::exception& e) {
+      return lilims::cli::fail("quantize", e.what());
+    }
+  }
   if (!tt) {
     return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (" +
                                              lilims::quant::type_names(lilims::quant::kQuantPlain) + ")");
@@ -190,11 +236,8 @@ int cmd_quantize(int argc, char** argv) {
     const bool layout_only = layout != "gguf" && opt.tensor_types.empty() && importance.empty() &&
                              in->get_int_or("general.file_type", -1) == tt->file_type;
     if (layout_only) {
-      const lilims::gguf::Writer w = lilims::gguf::lay_out(*in, layout);
       line.finish();
-      w.write(pos[1]);
-      if (progress) std::fprintf(stderr, "lilims quantize: wrote %s (laid out for %s)\n", pos[1].c_str(), layout.c_str());
-      return 0;
+      return write_laid_out(*in, pos[1], layout, progress);
     }
     lilims::gguf::Writer w = lilims::gguf::requantize(*in, type, opt);
     line.finish();

@@ -11,8 +11,8 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
-#include "runtime/tool_format.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/tool_format.h"
+#include "runtime/constrain/tools.h"
 #include "runtime/vision.h"
 #include "tokenizer/chat.h"
 #include "tools/cli.h"
@@ -203,10 +203,6 @@ int run_main(int argc, char** argv) {
     if (image_file.empty() != mmproj_file.empty()) {
       throw std::invalid_argument(image_file.empty() ? "--mmproj needs --image"
                                                      : "--image needs --mmproj (the projector GGUF)");
-    }
-    if (!image_file.empty() && !save_state.empty()) {
-      throw std::invalid_argument("--save-state cannot store an image: the state format holds "
-                                  "token ids");
     }
     if (gen.json + !schema_arg.empty() + !tool_files.empty() > 1) {
       throw std::invalid_argument("--json, --json-schema and --tools exclude each other");

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/tools.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/unicode.h"
 

@@ -10,7 +10,7 @@
 
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
-#include "runtime/tool_format.h"
+#include "runtime/constrain/tool_format.h"
 
 namespace lilims::serve {
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "models/gguf.h"
 #include "models/requantize.h"
 #include "quant/quant.h"
@@ -183,10 +184,6 @@ int layer_of(const std::string& name) {
   return std::atoi(name.c_str() + 4);
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
 
 // The type of a tensor: `type`, or for kQ4_K_M (type Q4_K) llama.cpp's mix.
 quant::Type type_of(const Shape& s, const TensorSpec& t, quant::Type type) {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "runtime/engine.h"
-#include "runtime/json_schema.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/json_schema.h"
+#include "runtime/constrain/tools.h"
 #include "tokenizer/chat.h"
 
 namespace {

@@ -246,6 +246,14 @@ typedef enum lilims_kv_type {
   LILIMS_KV_Q8_0 = 1 /* half the memory; needs a head size that is a multiple of 32 */
 } lilims_kv_type;
 
+/* How a step's new K/V rows reach the cache (lilims_session_params.kv_commit;
+ * DESIGN.md, "asynchronous KV commit").  Both give the same logits. */
+typedef enum lilims_kv_commit {
+  LILIMS_KV_COMMIT_DEFAULT = 0, /* the mode bench/README measured no slower on every row: sync */
+  LILIMS_KV_COMMIT_SYNC = 1,    /* written by the chunk that computed them */
+  LILIMS_KV_COMMIT_ASYNC = 2    /* written by a pool worker while the next chunk runs */
+} lilims_kv_commit;
+
 typedef struct lilims_session_params {
   size_t struct_size; /* sizeof(lilims_session_params) */
   /* Context length in tokens.  0: the model's n_ctx_train when the session
@@ -266,6 +274,7 @@ typedef struct lilims_session_params {
                          * down to 64 while the session would not fit the budget */
   int32_t kv_type;      /* a lilims_kv_type; 0 = LILIMS_KV_F16 */
   int32_t chunk_layers; /* transformer blocks per execution chunk; 0 = 3 */
+  int32_t kv_commit;    /* a lilims_kv_commit; 0 = LILIMS_KV_COMMIT_DEFAULT */
 } lilims_session_params;
 
 lilims_session_params lilims_session_default_params(void);
@@ -361,7 +370,8 @@ lilims_status lilims_session_tokens(const lilims_session *session, lilims_token 
  * 2 * n_layer * n_head_kv * head_dim * 2 for the F16 cache, plus 4), a
  * header naming the format version, the lilims version and a fingerprint of
  * the model, and a checksum.  It loads into any session of the same model
- * and KV cache type whose n_ctx holds its tokens.
+ * and KV cache type whose n_ctx holds its tokens.  An image's positions
+ * (lilims_session_eval_image) are kept as a token's are, under id -1.
  *
  * The bytes lilims_session_save_state writes for the session as it is now. */
 lilims_status lilims_session_state_size(const lilims_session *session, size_t *out_size);
@@ -773,8 +783,8 @@ void lilims_mmproj_free(lilims_mmproj *mmproj);
  * (a side above 16384 or more than 2^26 pixels), a stride below 3 * width, or
  * a projector whose output width is not the model's embedding width;
  * LILIMS_ERR_CONTEXT_FULL (nothing evaluated) when the image does not fit.
- * A session holding an image cannot save its state (LILIMS_ERR_UNSUPPORTED),
- * and a context shift may not move it (keep it within n_keep). */
+ * A saved state keeps the image's rows (loading it needs no projector); a
+ * context shift may not move them (keep the image within n_keep). */
 lilims_status lilims_session_eval_image(lilims_session *session, lilims_mmproj *mmproj,
                                         const uint8_t *rgb, int32_t width, int32_t height,
                                         size_t stride, int32_t *out_n_positions);

@@ -30,6 +30,7 @@
 
 #include "base/fp16.h"
 #include "kernels/matmul.h"
+#include "kernels/mca_marker.h"
 #include "quant/quant.h"
 
 namespace lilims::kernels::kquant_neon {
@@ -150,6 +151,7 @@ inline void row_x_tokens(const Blk* wr, int64_t nb, const uint8_t* x, size_t x_s
   float32x4_t acc[T][2], accm[T][2];
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = accm[t][0] = accm[t][1] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
+    LILIMS_MCA_LOOP("kquant", 1, T, 1);
     const Unpacked<Blk> u(wr + b);
     for (int t = 0; t < T; ++t) {
       const float* it = info + t * 2 * nb32;

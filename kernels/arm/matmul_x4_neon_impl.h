@@ -20,19 +20,8 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
+#include "kernels/mca_marker.h"
 #include "quant/repack.h"
-
-// llvm-mca marker (bench/mca_neon.sh): an empty asm comment at the top of a
-// block-loop body that names the tile and what one iteration does: rows x
-// tokens x kblocks block columns of K; the script analyses the innermost
-// loop around it as compiled.  It costs nothing and survives into -S output.
-#if defined(LILIMS_MCA_MARKERS)
-#define LILIMS_MCA_LOOP(name, rows, tokens, kblocks)                                        \
-  __asm__ volatile("// LILIMS-MCA-LOOP " name " rows=%0 tokens=%1 kblocks=%2" ::"i"(rows), \
-                   "i"(tokens), "i"(kblocks))
-#else
-#define LILIMS_MCA_LOOP(name, rows, tokens, kblocks) ((void)0)
-#endif
 
 namespace lilims::kernels::neon_x4 {
 

@@ -43,6 +43,7 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
+#include "kernels/mca_marker.h"
 #include "kernels/x86/token_chunks.h"
 #include "quant/repack.h"
 
@@ -183,6 +184,7 @@ void tile(const typename X16<WT>::Blk* g, int64_t nb, const uint8_t* x, size_t x
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    LILIMS_MCA_LOOP("x16", 16, T, 1);
     const typename P::Blk* blk = g + b;
     if (T == 1 && P::kPrefetchBytes > 0) {
       const char* ahead = reinterpret_cast<const char*>(blk) + P::kPrefetchBytes;

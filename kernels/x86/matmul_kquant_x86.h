@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "kernels/matmul.h"
+#include "kernels/mca_marker.h"
 #include "kernels/x86/token_chunks.h"
 #include "quant/quant.h"
 
@@ -172,6 +173,7 @@ inline void row_x_tokens(const Blk* wr, int64_t nb, const uint8_t* x, size_t x_s
   __m256 acc[T], accm[T];
   for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    LILIMS_MCA_LOOP("kquant", 1, T, 1);
     const Unpacked<Dot, Blk> u(wr + b);
     for (int t = 0; t < T; ++t) {
       const float* it = info + t * 2 * nb32;

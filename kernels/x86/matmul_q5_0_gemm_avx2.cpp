@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
+#include "kernels/mca_marker.h"
 #include "kernels/x86/token_chunks.h"
 #include "quant/quant.h"
 
@@ -87,6 +88,7 @@ void row_x_tokens(const uint8_t* wrow, int64_t nb, const uint8_t* x, size_t x_st
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    LILIMS_MCA_LOOP("q5_0", 1, T, 1);
     const uint8_t* blk = wrow + b * kWBlock;
     const __m256i w = unpack(blk);
     const __m256i u = _mm256_abs_epi8(w);

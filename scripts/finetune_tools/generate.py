@@ -7,7 +7,7 @@ Each line is one training example:
     {"variant": "plain" | "trigger", "system": ..., "user": ..., "answer": ...,
      "tool": NAME or null, "arguments": {...} or null}
 `system` is byte for byte the system turn `lilims run --tools F1 --tools F2 ...`
-renders (runtime::tools_system_prompt in runtime/tools.cpp), without a trigger
+renders (runtime::tools_system_prompt in runtime/constrain/tools.cpp), without a trigger
 for "plain" and with `--trigger "<tool_call>"` for "trigger". `answer` is what
 the model should write after `<|im_start|>assistant\\n`, ending in <|im_end|>:
     plain:   {"name":"open_app","arguments":{"app":"camera"}}<|im_end|>
@@ -31,7 +31,7 @@ TRIGGER_CLOSE = "</tool_call>"
 IM_END = "<|im_end|>"
 
 # ---------------------------------------------------------------------------
-# What lilims renders (runtime/tools.cpp, tokenizer/chat.cpp)
+# What lilims renders (runtime/constrain/tools.cpp, tokenizer/chat.cpp)
 # ---------------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ FILE`, then `-m MODEL --kl-divergence-base FILE --kl-divergence`; its
 "Mean PPL(Q)", "Mean PPL(base)", "Mean KLD", "Median KLD", "99.0% KLD",
 "Maximum KLD" and "Same top p" lines are parsed.  Its base file clamps
 log-probabilities 16 nats below the top one and leaves those out of the KLD;
-lilims keeps the whole range (runtime/kl_divergence.h): the tokens left out
+lilims keeps the whole range (runtime/eval/kl_divergence.h): the tokens left out
 carry at most n_vocab * e^-16 of probability (5.7e-5 for stories260K's 512).
 """
 

@@ -9,10 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "c_api_ptr.h"
 #include "lilims/lilims.h"
 #include "test_util.h"
 
 namespace {
+
+using lilims::test::greedy;
 
 std::string stories_path() { return lilims::test::shared_data("stories260K/stories260K.gguf"); }
 
@@ -32,13 +35,6 @@ lilims_session* new_session(lilims_model* m, int32_t n_ctx = 128) {
   lilims_session* s = nullptr;
   EXPECT_EQ(lilims_session_create(m, &sp, &s), LILIMS_OK) << lilims_last_error();
   return s;
-}
-
-lilims_generate_params greedy(int32_t max_tokens) {
-  lilims_generate_params gp = lilims_generate_default_params();
-  gp.max_tokens = max_tokens;
-  gp.sampling.temperature = 0.0f;
-  return gp;
 }
 
 const lilims_chat_message kChat[] = {{"user", "Hello there"}};

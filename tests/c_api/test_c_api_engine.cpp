@@ -20,6 +20,7 @@
 
 namespace {
 
+using lilims::test::greedy;
 using lilims::test::ModelPtr;
 
 std::string stories_path() { return lilims::test::shared_data("stories260K/stories260K.gguf"); }
@@ -56,13 +57,6 @@ std::vector<lilims_token> tokenize(lilims_model* m, const std::string& text) {
   std::vector<lilims_token> ids(n);
   EXPECT_EQ(lilims_tokenize(m, text.c_str(), text.size(), 1, 1, ids.data(), ids.size(), &n), LILIMS_OK);
   return ids;
-}
-
-lilims_generate_params greedy(int32_t max_tokens) {
-  lilims_generate_params gp = lilims_generate_default_params();
-  gp.max_tokens = max_tokens;
-  gp.sampling.temperature = 0.0f;
-  return gp;
 }
 
 // What one lilims_generate call on a fresh session produced.
@@ -152,6 +146,20 @@ uint64_t submit(lilims_engine* e, const std::vector<lilims_token>& ids, const li
 const char* kPrompts[] = {"Once upon a time", "The cat", "Lily and Ben went to the park",
                           "One day, a little bird", "Tom had a big red ball", "She"};
 
+// Each of kPrompts tokenized, and what a session answers to it.
+struct Expected {
+  std::vector<std::vector<lilims_token>> prompts;
+  std::vector<Output> want;
+};
+Expected expected_answers(lilims_model* model, int32_t max_tokens, int32_t n_ctx) {
+  Expected e;
+  for (const char* p : kPrompts) {
+    e.want.push_back(reference(model, p, max_tokens, n_ctx));
+    e.prompts.push_back(tokenize(model, p));
+  }
+  return e;
+}
+
 void expect_greedy_equal(const std::string& path, int32_t max_tokens, int32_t n_ctx) {
   ModelPtr model = open_model(path);
   ASSERT_TRUE(model);
@@ -194,12 +202,9 @@ TEST(CApiEngine, ClientsOnManyThreads) {
   REQUIRE_STORIES();
   ModelPtr model = open_model(stories_path());
   constexpr int32_t kMax = 24;
-  std::vector<Output> want;
-  std::vector<std::vector<lilims_token>> prompts;
-  for (const char* p : kPrompts) {
-    want.push_back(reference(model.get(), p, kMax, 128));
-    prompts.push_back(tokenize(model.get(), p));
-  }
+  const Expected expected = expected_answers(model.get(), kMax, 128);
+  const auto& prompts = expected.prompts;
+  const auto& want = expected.want;
   EnginePtr engine = make_engine(model.get(), 3, 64, 128, 2);
   const int n_threads = 2 * (int)std::max(2u, std::thread::hardware_concurrency()) + 1;
   std::atomic<int> failures{0};
@@ -567,12 +572,9 @@ TEST(CApiEngine, StressWithDelays) {
   REQUIRE_STORIES();
   ModelPtr model = open_model(stories_path());
   constexpr int32_t kMax = 12;
-  std::vector<Output> want;
-  std::vector<std::vector<lilims_token>> prompts;
-  for (const char* p : kPrompts) {
-    want.push_back(reference(model.get(), p, kMax, 64));
-    prompts.push_back(tokenize(model.get(), p));
-  }
+  const Expected expected = expected_answers(model.get(), kMax, 64);
+  const auto& prompts = expected.prompts;
+  const auto& want = expected.want;
   EnginePtr engine = make_engine(model.get(), 2, 4, 64, 2);
   const uint32_t seed = (uint32_t)std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));

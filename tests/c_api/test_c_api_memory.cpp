@@ -1,6 +1,6 @@
 // Session memory and settings through the public header: the budget, the
 // estimate query, the default context under a budget, the resident-memory
-// report, and n_batch / kv_type / chunk_layers.
+// report, and n_batch / kv_type / chunk_layers / kv_commit.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -232,8 +232,17 @@ TEST(CApiMemory, BatchAndChunks) {
   EXPECT_LT(estimate(m.get(), c1), base_bytes) << "one-layer chunks stage fewer K/V rows";
   EXPECT_EQ(greedy(m.get(), c1), want);
 
+  // Async commits write the same rows as sync ones (DESIGN.md): the same tokens.
+  for (int32_t commit : {LILIMS_KV_COMMIT_SYNC, LILIMS_KV_COMMIT_ASYNC}) {
+    lilims_session_params k = c1;
+    k.kv_commit = commit;
+    EXPECT_EQ(greedy(m.get(), k), want) << "kv_commit " << commit;
+  }
+
   for (auto set : {+[](lilims_session_params& p) { p.n_batch = -1; },
-                   +[](lilims_session_params& p) { p.chunk_layers = -2; }}) {
+                   +[](lilims_session_params& p) { p.chunk_layers = -2; },
+                   +[](lilims_session_params& p) { p.kv_commit = 3; },
+                   +[](lilims_session_params& p) { p.kv_commit = -1; }}) {
     lilims_session_params bad = base;
     set(bad);
     lilims_session* s = nullptr;
@@ -252,6 +261,7 @@ TEST(CApiMemory, OldStructSizeKeepsDefaults) {
   sp.struct_size = offsetof(lilims_session_params, memory_budget);
   sp.memory_budget = 1;  // not read
   sp.kv_type = 99;       // not read
+  sp.kv_commit = 99;     // not read
   lilims_session* s = nullptr;
   ASSERT_EQ(lilims_session_create(m.get(), &sp, &s), LILIMS_OK) << lilims_last_error();
   lilims_session_free(s);

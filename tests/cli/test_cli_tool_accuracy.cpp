@@ -14,7 +14,7 @@
 
 #include "cli_util.h"
 #include "models/gguf.h"
-#include "runtime/tool_format.h"
+#include "runtime/constrain/tool_format.h"
 
 namespace lilims::test::cli {
 namespace {

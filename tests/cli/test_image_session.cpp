@@ -2,7 +2,8 @@
 // the tiny LLaVA's landscape PNG evaluated after "USER:" and before the
 // rest of the prompt reproduces HF's logits (tests/data/llava/goldens.json,
 // scripts/goldens/gen_tiny_llava.py), and the guards of a session holding
-// image rows (state, context shift, prompt-lookup drafts) hold.
+// image rows (a saved state keeps them; context shift and prompt-lookup
+// drafts do not move or copy them) hold.
 //
 // Tolerance: as test_llava_prompt.cpp derives it, fp32 arithmetic with an
 // F32 KV cache is within 7 * 256 * 2^-24 * 10 = 1.1e-3 of float64 on logits
@@ -10,18 +11,22 @@
 // cache adds 2 * 2 * 2^-11 * 10 = 2.0e-2.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "cli_util.h"
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
+#include "runtime/kv_state.h"
 #include "runtime/speculative.h"
 #include "runtime/vision.h"
 #include "test_util.h"
@@ -270,18 +275,77 @@ TEST(SessionImage, GreedyAnswerStartsAtTheGoldenArgmax) {
   EXPECT_EQ(r.tokens[0], argmax(prompt_goldens()["logits"][2]));
 }
 
-TEST(SessionImage, StateIsRefusedWhileImageRowsAreHeld) {
+// A state saved while the session holds image rows keeps them: loaded into
+// a fresh session (no projector), the logits and the greedy answer are the
+// ones the saving session gives.  Both sessions run the same kernels on the
+// same rows, so equality is exact.
+TEST(SessionImage, StateKeepsTheImageRows) {
   ImageSession s;
   s.eval_image();
-  std::vector<uint8_t> buf(1 << 20);
-  EXPECT_EQ(status_of([&] { s.session->state_size(); }), LILIMS_ERR_UNSUPPORTED);
-  EXPECT_EQ(status_of([&] { s.session->save_state(buf.data(), buf.size()); }), LILIMS_ERR_UNSUPPORTED);
+  const size_t size = s.session->state_size();
+  std::vector<uint8_t> buf(size);
+  ASSERT_EQ(s.session->save_state(buf.data(), buf.size()), size);
   const std::string path = cli::tmp_path("image_state.bin");
-  EXPECT_EQ(status_of([&] { s.session->save_state_file(path); }), LILIMS_ERR_UNSUPPORTED);
-  EXPECT_FALSE(file_exists(path));
-  // Truncated before the image, the session saves again.
-  s.session->truncate((int32_t)s.before.size());
-  EXPECT_EQ(status_of([&] { s.session->save_state(buf.data(), buf.size()); }), LILIMS_OK);
+  s.session->save_state_file(path);
+  EXPECT_EQ(read_file(path).size(), size);
+  runtime::GenerateOptions opt;
+  opt.max_tokens = 6;
+  opt.sampling.temperature = 0.0f;
+  const std::vector<int32_t> held = s.session->tokens();
+  ASSERT_EQ(std::count(held.begin(), held.end(), runtime::Session::kEmbeddingRow), kImageRows);
+  std::vector<float> want_logits;
+  s.session->eval_all_logits(s.after, want_logits);
+  s.session->truncate((int32_t)held.size());
+  const runtime::GenerateResult want = s.session->generate_tokens(s.after, opt);
+
+  for (int from_file = 0; from_file < 2; ++from_file) {
+    runtime::SessionOptions so;
+    so.n_ctx = 64;
+    so.n_threads = 2;
+    so.n_batch = 8;
+    so.kv_type = quant::Type::F32;
+    runtime::Session fresh(*s.model, so);
+    if (from_file) {
+      fresh.load_state_file(path);
+    } else {
+      fresh.load_state(buf.data(), buf.size());
+    }
+    EXPECT_EQ(fresh.tokens(), held);
+    // Saved again, the bytes are the same state.
+    std::vector<uint8_t> again(fresh.state_size());
+    fresh.save_state(again.data(), again.size());
+    EXPECT_EQ(again, buf);
+    std::vector<float> got_logits;
+    fresh.eval_all_logits(s.after, got_logits);
+    EXPECT_EQ(got_logits, want_logits);
+    fresh.truncate((int32_t)held.size());
+    const runtime::GenerateResult got = fresh.generate_tokens(s.after, opt);
+    EXPECT_EQ(got.tokens, want.tokens);
+  }
+  // Into a session of another model: refused, the session unchanged.
+  auto other = runtime::Model::open(tiny_random());
+  runtime::SessionOptions so;
+  so.n_ctx = 64;
+  runtime::Session wrong(*other, so);
+  wrong.eval({1, 2});
+  EXPECT_EQ(status_of([&] { wrong.load_state(buf.data(), buf.size()); }), LILIMS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wrong.n_past(), 2);
+  // An id of -2 is neither a token nor an embedding row.
+  std::vector<uint8_t> bad = buf;
+  const int32_t minus_two = -2;
+  std::memcpy(bad.data() + runtime::kStateHeaderBytes + 4 * s.before.size(), &minus_two, 4);
+  const uint64_t sum = XXH3_64bits(bad.data(), bad.size() - 8);
+  std::memcpy(bad.data() + bad.size() - 8, &sum, 8);
+  runtime::SessionOptions f32 = so;
+  f32.kv_type = quant::Type::F32;
+  runtime::Session target(*s.model, f32);
+  try {
+    target.load_state(bad.data(), bad.size());
+    ADD_FAILURE() << "an id of -2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(target.n_past(), 0);
 }
 
 TEST(SessionImage, ContextShiftCannotMoveTheImage) {
@@ -389,6 +453,74 @@ TEST(CliImage, MarkerSplitsTheChatTemplatedPrompt) {
   }
 }
 
+// `lilims run --image --save-state`: the state holds the image's rows.
+TEST(CliImage, RunSavesAStateHoldingTheImage) {
+  const std::string path = cli::tmp_path("run_image_state.bin");
+  const cli::Result r = cli::run({"run", "-m", llava("text.gguf"), "--mmproj", llava("mmproj.gguf"), "--image",
+                                  llava("img_landscape.png"), "--raw", "-p", "<image>a", "-n", "2", "--temp", "0",
+                                  "-c", "64", "--save-state", path});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  auto model = runtime::Model::open(llava("text.gguf"));
+  runtime::SessionOptions so;
+  so.n_ctx = 64;
+  runtime::Session session(*model, so);
+  session.load_state_file(path);
+  const std::vector<int32_t>& toks = session.tokens();
+  EXPECT_EQ(std::count(toks.begin(), toks.end(), runtime::Session::kEmbeddingRow), kImageRows);
+}
+
+// `lilims chat --mmproj` with `/image PATH`: each answer is what a fresh
+// session gives for the whole conversation so far (text before the image,
+// its rows, text after; the template's rendering split at the image), and
+// the second turn reuses the first turn's rows, image included.  A bad
+// path or /image without a projector is said and the chat goes on.
+TEST(CliImage, ChatImageTurnsMatchAFreshSession) {
+  auto model = runtime::Model::open(llava("text.gguf"));
+  auto projector = runtime::Projector::open(llava("mmproj.gguf"));
+  const tools::DecodedImage img = tools::decode_image_file(llava("img_landscape.png"));
+  const auto answer = [&](const std::vector<tok::ChatMessage>& msgs) {
+    runtime::SessionOptions so;
+    so.n_ctx = 256;  // beyond the trained 128: the character-level vocabulary spends a token a letter
+    so.allow_ctx_beyond_train = true;
+    so.n_threads = 2;
+    so.kv_type = quant::Type::F32;
+    runtime::Session session(*model, so);
+    const std::string text = tok::apply_chat_template("chatml", msgs, true);
+    const size_t at = text.find("<image>");
+    session.eval(model->tokenizer().encode(text.substr(0, at), true, true));
+    projector->eval_image(session, {img.rgb.data(), img.width, img.height, 3 * (size_t)img.width});
+    runtime::GenerateOptions opt;
+    opt.max_tokens = 4;
+    opt.sampling.temperature = 0.0f;
+    return session.generate_tokens(model->tokenizer().encode(text.substr(at + 7), false, true), opt).text;
+  };
+  std::vector<tok::ChatMessage> msgs = {{"system", "S"}, {"user", "<image>What?"}};
+  const std::string first = answer(msgs);
+  msgs.push_back({"assistant", first});
+  msgs.push_back({"user", "More?"});
+  const std::string second = answer(msgs);
+
+  const cli::Result r = cli::run({"chat", "-m", llava("text.gguf"), "--mmproj", llava("mmproj.gguf"), "--template",
+                                  "chatml", "--system", "S", "-n", "4", "--temp", "0", "-t", "2", "-c", "256",
+                                  "--ctx-beyond-train", "--kv-type", "f32", "-v"},
+                                 "/image /nonexistent.png\n/image " + llava("img_landscape.png") + "\nWhat?\nMore?\n");
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, first + "\n" + second + "\n") << r.describe();
+  EXPECT_NE(r.err.find("lilims chat: [image] /nonexistent.png: cannot open"), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("[lilims] image 72x48: it goes with your next message"), std::string::npos) << r.describe();
+  // The second turn reuses everything before its own message: more
+  // positions than the image's rows.
+  const size_t at = r.err.rfind("prompt tokens reused: ");
+  ASSERT_NE(at, std::string::npos) << r.describe();
+  EXPECT_GT(std::stoi(r.err.substr(at + 22)), kImageRows) << r.describe();
+
+  const cli::Result no_projector =
+      cli::run({"chat", "-m", llava("text.gguf"), "--template", "chatml", "-n", "2", "--temp", "0", "-c", "128"},
+               "/image " + llava("img_landscape.png") + "\nWhat?\n");
+  EXPECT_EQ(no_projector.exit_code, 0) << no_projector.describe();
+  EXPECT_NE(no_projector.err.find("/image needs --mmproj"), std::string::npos) << no_projector.describe();
+}
+
 TEST(CliImage, RunRefusesBadImageArguments) {
   const std::string model = llava("text.gguf"), mmproj = llava("mmproj.gguf"), png = llava("img_landscape.png");
   cli::expect_failure(cli::run({"run", "-m", model, "--image", png, "-p", "x"}), "run", "--image needs --mmproj");
@@ -403,9 +535,6 @@ TEST(CliImage, RunRefusesBadImageArguments) {
       cli::run({"run", "-m", tiny_random(), "--mmproj", mmproj, "--image", png, "-p", "x", "--raw"}), "run",
       "output width 64 is not the model's embedding width 8");
   cli::expect_failure(cli::run({"run", "-m", model, "--mmproj", model, "--image", png, "-p", "x"}), "run", "[clip]");
-  cli::expect_failure(
-      cli::run({"run", "-m", model, "--mmproj", mmproj, "--image", png, "-p", "x", "--save-state", junk}), "run",
-      "--save-state cannot store an image");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 // is over 16 KiB).  The grammar must always leave a way to the end, and the
 // text must be JSON that the independent validator of
 // tests/runtime/schema_validator.h accepts for the schema, properties in the
-// schema's order.  The text is also read as a tool list (runtime/tools.h):
+// schema's order.  The text is also read as a tool list (runtime/constrain/tools.h):
 // when it is one, its answer schema goes through the same checks.  A schema
 // nlohmann::json does not parse, or a pattern std::regex does not take or
 // would mishandle (any string of the schema with more than 9 digits in a row
@@ -26,8 +26,8 @@
 
 #include "../runtime/schema_validator.h"  // first: its pragma must precede <regex>
 #include "base/error.h"
-#include "runtime/json_schema.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/json_schema.h"
+#include "runtime/constrain/tools.h"
 
 namespace {
 

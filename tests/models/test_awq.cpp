@@ -19,7 +19,7 @@
 #include "quant/quant.h"
 #include "quant/quantize.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 #include "test_util.h"
 
 namespace lilims {

@@ -30,7 +30,7 @@
 #include <cstdlib>
 
 #include "runtime/engine.h"
-#include "runtime/perplexity.h"
+#include "runtime/eval/perplexity.h"
 #include "test_util.h"
 
 namespace lilims {

@@ -23,23 +23,16 @@
 #include "models/requantize.h"
 #include "quant/repack.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 #include "runtime/manifest.h"
+#include "requantized_stories.h"
 #include "test_util.h"
 
 namespace lilims {
 namespace {
 
-std::string stories_path() { return test::shared_data("stories260K/stories260K.gguf"); }
-
-// stories260K (F32 in the file) re-quantized, with optional per-tensor types.
-std::vector<uint8_t> stories_as(quant::Type type, const std::vector<gguf::TensorTypeRule>& rules = {}) {
-  auto f = gguf::File::open(stories_path());
-  gguf::RequantizeOptions ro;
-  ro.method = quant::QuantMethod::plain;
-  ro.tensor_types = rules;
-  return gguf::requantize(*f, type, ro).to_bytes();
-}
+using test::stories_as;
+using test::stories_path;
 
 runtime::ModelOptions fused(bool on) {
   runtime::ModelOptions mo;

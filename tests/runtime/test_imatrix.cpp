@@ -1,4 +1,4 @@
-// lilims imatrix (runtime/imatrix.h) on stories260K: every matmul weight has
+// lilims imatrix (runtime/eval/imatrix.h) on stories260K: every matmul weight has
 // an entry averaging every position, and layer 0's Q/K/V entry equals the
 // mean squared input computed here from the GGUF alone (token embedding ->
 // RMSNorm * attn_norm): the observer sees exactly the matmul inputs.
@@ -10,7 +10,7 @@
 #include "models/gguf.h"
 #include "models/imatrix.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 #include "test_util.h"
 
 namespace lilims {

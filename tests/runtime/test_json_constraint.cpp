@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine.h"
-#include "runtime/json_constraint.h"
+#include "runtime/constrain/json_constraint.h"
 #include "test_util.h"
 
 namespace lilims::runtime {

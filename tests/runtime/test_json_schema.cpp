@@ -5,7 +5,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "runtime/json_schema.h"
+#include "runtime/constrain/json_schema.h"
 
 namespace lilims::runtime {
 namespace {

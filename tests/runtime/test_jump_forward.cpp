@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "runtime/engine.h"
 #include "runtime/speculative.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/tools.h"
 #include "test_util.h"
 #include "tokenizer/chat.h"
 

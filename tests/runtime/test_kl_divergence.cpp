@@ -1,4 +1,4 @@
-// KL divergence against a saved base (runtime/kl_divergence.h): the stored
+// KL divergence against a saved base (runtime/eval/kl_divergence.h): the stored
 // log-probabilities' error bound, the file's checks, a model against itself,
 // and stories260K's Q8_0/Q4_0 against llama.cpp's llama-perplexity
 // --kl-divergence (tests/data/stories260k_kld_llamacpp.json, made by
@@ -16,8 +16,8 @@
 #include "models/gguf.h"
 #include "models/requantize.h"
 #include "runtime/engine.h"
-#include "runtime/kl_divergence.h"
-#include "runtime/perplexity.h"
+#include "runtime/eval/kl_divergence.h"
+#include "runtime/eval/perplexity.h"
 #include "test_util.h"
 
 namespace lilims {

@@ -12,8 +12,8 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
-#include "runtime/lazy_constraint.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/lazy_constraint.h"
+#include "runtime/constrain/tools.h"
 #include "test_util.h"
 #include "tokenizer/chat.h"
 

@@ -25,7 +25,7 @@
 #include "models/gguf.h"
 #include "models/lora.h"
 #include "runtime/engine.h"
-#include "runtime/perplexity.h"
+#include "runtime/eval/perplexity.h"
 #include "test_util.h"
 
 namespace lilims {

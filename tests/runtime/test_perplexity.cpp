@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/perplexity.h"
+#include "runtime/eval/perplexity.h"
 #include "test_util.h"
 
 namespace lilims {

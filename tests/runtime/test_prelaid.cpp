@@ -29,6 +29,7 @@
 #include "quant/prelaid.h"
 #include "quant/repack.h"
 #include "runtime/engine.h"
+#include "requantized_stories.h"
 #include "test_util.h"
 
 namespace lilims {
@@ -45,15 +46,8 @@ namespace {
 // bit-for-bit check above is what proves the bytes.
 constexpr float kTolOtherLayout = 0.05f;
 
-std::string stories_path() { return test::shared_data("stories260K/stories260K.gguf"); }
-
-std::vector<uint8_t> stories_as(quant::Type type, const std::vector<gguf::TensorTypeRule>& rules = {}) {
-  auto f = gguf::File::open(stories_path());
-  gguf::RequantizeOptions ro;
-  ro.method = quant::QuantMethod::plain;
-  ro.tensor_types = rules;
-  return gguf::requantize(*f, type, ro).to_bytes();
-}
+using test::stories_as;
+using test::stories_path;
 
 std::vector<uint8_t> laid_out(const std::vector<uint8_t>& plain, const std::string& target) {
   auto f = gguf::File::from_borrowed(plain.data(), plain.size(), "plain");

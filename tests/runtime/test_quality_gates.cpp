@@ -43,9 +43,9 @@
 #include "models/gguf.h"
 #include "models/requantize.h"
 #include "runtime/engine.h"
-#include "runtime/imatrix.h"
-#include "runtime/kl_divergence.h"
-#include "runtime/perplexity.h"
+#include "runtime/eval/imatrix.h"
+#include "runtime/eval/kl_divergence.h"
+#include "runtime/eval/perplexity.h"
 #include "test_util.h"
 
 namespace lilims {

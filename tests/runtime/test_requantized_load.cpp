@@ -20,8 +20,10 @@
 
 #include "base/fp16.h"
 #include "base/log.h"
+#include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "models/gguf.h"
+#include "models/layout_file.h"
 #include "models/requantize.h"
 #include "quant/dequant_ref.h"
 #include "quant/quantize.h"
@@ -293,6 +295,51 @@ TEST(RequantizedLoad, QuantizeConvertsOnce) {
     EXPECT_EQ(t.type, u.type) << t.name;
     ASSERT_EQ(t.n_bytes, u.n_bytes) << t.name;
     EXPECT_EQ(0, std::memcmp(t.data, u.data, t.n_bytes)) << t.name;
+  }
+}
+
+
+// `lilims quantize --layout` on a file of types a load converts: each such
+// weight converted as the load would (models/weight_convert.h) and laid out.
+// Laid out for this CPU, the load copies nothing and the logits are the
+// plain file's, bit for bit, on the fast and the scalar path; laid out for
+// another CPU family, the scalar path (which reads every layout) is within
+// kTolF32Ref of the plain file's (a type one CPU keeps, another converts).
+TEST(RequantizedLoad, LaidOutFileCopiesNothingAndMatches) {
+  if (kernels::active_isa() == kernels::Isa::ref) GTEST_SKIP() << "the reference kernels read no laid-out file in place";
+  const Files f = make_models(11);
+  auto kq = runtime::Model::open_memory(f.kquant.data(), f.kquant.size());
+  const auto run = [&](const runtime::Model& m, models::ExecMode mode) {
+    runtime::SessionOptions so;
+    so.n_ctx = 32;
+    so.n_threads = 2;
+    so.mode = mode;
+    runtime::Session s(m, so);
+    std::vector<float> all;
+    s.eval_all_logits(kPrompt, all);
+    return all;
+  };
+  const std::vector<float> want_fast = run(*kq, models::ExecMode::fast), want_ref = run(*kq, models::ExecMode::ref);
+  auto file = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
+  const std::string native = gguf::layout_target("native");
+  for (const std::string& target : {std::string("avx2"), std::string("avx512vnni"), std::string("neon")}) {
+    SCOPED_TRACE("laid out for " + target + ", this CPU's layout " + native);
+    gguf::LayOutStats stats;
+    const std::vector<uint8_t> laid = gguf::lay_out(*file, target, &stats).to_bytes();
+    EXPECT_GE(stats.converted.size(), 5u);  // Q2_K, Q3_K, Q4_K, Q5_1, IQ4_NL, BF16 ... a load converts everywhere
+    EXPECT_EQ(stats.converted.count("Q4_K -> Q4_1"), 1u);
+    auto m = runtime::Model::open_memory(laid.data(), laid.size());
+    const models::Model& w = m->weights();
+    if (target == native) {
+      EXPECT_TRUE(w.copied.empty()) << models::describe_copies(w);
+      EXPECT_EQ(w.repacked_bytes + w.requantized_bytes, 0u);
+      EXPECT_EQ(run(*m, models::ExecMode::fast), want_fast);
+      EXPECT_EQ(run(*m, models::ExecMode::ref), want_ref);
+    } else {
+      const std::vector<float> got = run(*m, models::ExecMode::ref);
+      ASSERT_EQ(got.size(), want_ref.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want_ref[i], kTolF32Ref) << i;
+    }
   }
 }
 

@@ -17,7 +17,7 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/tools.h"
 #include "tokenizer/chat.h"
 #include "schema_validator.h"
 #include "test_util.h"

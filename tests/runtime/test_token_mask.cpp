@@ -9,9 +9,9 @@
 #include <string>
 
 #include "runtime/engine.h"
-#include "runtime/json_schema.h"
-#include "runtime/token_mask.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/json_schema.h"
+#include "runtime/constrain/token_mask.h"
+#include "runtime/constrain/tools.h"
 #include "test_util.h"
 
 namespace lilims::runtime {

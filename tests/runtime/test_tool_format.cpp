@@ -1,11 +1,11 @@
-// Tool formats (runtime/tool_format.h): each family's system text, marks,
+// Tool formats (runtime/constrain/tool_format.h): each family's system text, marks,
 // call schema and parser, and which format a chat template gets.  The
 // generation side runs in tests/cli (SmolLM2 writes a call in each format).
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "runtime/json_schema.h"
-#include "runtime/tool_format.h"
+#include "runtime/constrain/json_schema.h"
+#include "runtime/constrain/tool_format.h"
 #include "test_util.h"
 
 namespace lilims::runtime {

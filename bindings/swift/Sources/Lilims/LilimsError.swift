@@ -25,6 +25,12 @@ public struct LilimsError: Error, Equatable, Sendable, CustomStringConvertible {
     code = Code(rawValue: Int(status.rawValue)) ?? .internalError
     message = String(cString: lilims_last_error())
   }
+
+  /// An error found on the Swift side, before any lilims call.
+  init(_ code: Code, _ message: String) {
+    self.code = code
+    self.message = message
+  }
 }
 
 func check(_ status: lilims_status) throws {

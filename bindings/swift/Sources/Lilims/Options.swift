@@ -7,6 +7,17 @@ public enum KVCacheType: Int32, Sendable {
   case q8_0 = 1
 }
 
+/// How a step's new K/V rows reach the cache (lilims_kv_commit); both give
+/// the same logits.
+public enum KVCommit: Int32, Sendable {
+  /// The mode lilims measured no slower (bench/README): today `sync`.
+  case automatic = 0
+  /// Written by the chunk that computed them.
+  case sync = 1
+  /// Written by a worker while the next chunk runs.
+  case async = 2
+}
+
 /// How a session is made (lilims_session_params); the defaults are lilims'.
 public struct SessionOptions: Sendable {
   // Each starts as lilims' default: init reads them from
@@ -27,6 +38,7 @@ public struct SessionOptions: Sendable {
   public var kvCacheType = KVCacheType.f16
   /// Transformer blocks per execution chunk; 0: lilims' default (3).
   public var chunkLayers = 0
+  public var kvCommit = KVCommit.automatic
 
   public init(contextLength: Int = 0, threads: Int = 0) {
     CField.load(Self.fields, into: &self, from: lilims_session_default_params())
@@ -50,6 +62,7 @@ public struct SessionOptions: Sendable {
       .int(\.batchSize, \.n_batch),
       .raw(\.kvCacheType, \.kv_type, unknown: .f16),
       .int(\.chunkLayers, \.chunk_layers),
+      .raw(\.kvCommit, \.kv_commit, unknown: .automatic),
     ]
   }
 }

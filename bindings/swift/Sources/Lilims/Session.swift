@@ -131,6 +131,56 @@ public final class Session: @unchecked Sendable {
     try queue.sync { try check(lilims_session_eval(handle, tokens, tokens.count)) }
   }
 
+  /// Evaluates a picture after the session's tokens and returns the
+  /// positions it took: RGB8 pixels, row y starting at byte `y * stride` of
+  /// `rgb` (nil: rows packed, `3 * width`), resized and cropped as CLIP's
+  /// processor does, encoded by `projector` and run as the next positions.
+  /// Evaluate the text before the picture first (`evaluate`), and go on with
+  /// `generate` and the text after it.  Throws `.invalidArgument` for a
+  /// zero size, a stride shorter than a row, `rgb` shorter than the rows it
+  /// must hold, or a projector made for another model; `.contextFull`, with
+  /// nothing evaluated, when the picture does not fit.  A saved state keeps
+  /// the picture's rows; a context shift may not move them.
+  @discardableResult
+  public func evaluateImage(rgb: [UInt8], width: Int, height: Int, stride: Int? = nil,
+                            projector: Projector) throws -> Int
+  {
+    try rgb.withUnsafeBytes { pixels in
+      try evaluateImage(pixels: pixels, width: width, height: height, stride: stride,
+                        projector: projector)
+    }
+  }
+
+  /// As `evaluateImage(rgb:...)`, from pixels the caller holds (a camera
+  /// frame's buffer), read during the call only.
+  @discardableResult
+  public func evaluateImage(pixels: UnsafeRawBufferPointer, width: Int, height: Int,
+                            stride: Int? = nil, projector: Projector) throws -> Int
+  {
+    let rowBytes = 3 * max(width, 0)
+    let stride = stride ?? rowBytes
+    guard width > 0, height > 0, stride >= rowBytes else {
+      throw LilimsError(.invalidArgument,
+                        "[evaluateImage] \(width)x\(height) pixels with a stride of \(stride) bytes: "
+                          + "the sides must be positive and the stride at least 3 * width")
+    }
+    // lilims reads rows up to the last pixel of the last row: they must lie in the buffer.
+    let (rows, overflow) = stride.multipliedReportingOverflow(by: height - 1)
+    guard !overflow, rows <= pixels.count - rowBytes, let base = pixels.baseAddress else {
+      throw LilimsError(.invalidArgument,
+                        "[evaluateImage] \(pixels.count) bytes hold fewer than \(height) rows of "
+                          + "\(width) pixels at a stride of \(stride)")
+    }
+    return try queue.sync {
+      var positions: Int32 = 0
+      try check(lilims_session_eval_image(handle, projector.handle,
+                                          base.assumingMemoryBound(to: UInt8.self),
+                                          Int32(clamping: width), Int32(clamping: height), stride,
+                                          &positions))
+      return Int(positions)
+    }
+  }
+
   /// The session's tokens, KV cache rows and last logits, to resume later
   /// (in this process or another) with `loadState`.
   public func saveState() throws -> Data {

@@ -265,6 +265,13 @@ final class LoadingTests: XCTestCase {
     let text = try await collect(session.generate(prompt: "Once upon a time there was",
                                                   options: greedy(32)))
     XCTAssertEqual(text, reference)
+    // Async KV commits write the same rows: the same text.
+    for commit in [KVCommit.sync, .async] {
+      settings.kvCommit = commit
+      let s = try Session(model: model, options: settings)
+      let committed = try await collect(s.generate(prompt: "Once upon a time there was", options: greedy(32)))
+      XCTAssertEqual(committed, reference, "\(commit)")
+    }
 
     var beyond = SessionOptions(contextLength: 4096, threads: 1)
     XCTAssertThrowsError(try Session(model: model, options: beyond))

@@ -13,11 +13,11 @@
 #include "kernels/cpu.h"
 #include "lilims/lilims.h"
 #include "models/arch.h"
-#include "runtime/c_api_internal.h"
+#include "runtime/capi/c_api_internal.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
-#include "runtime/tool_format.h"
-#include "runtime/tools.h"
+#include "runtime/constrain/tool_format.h"
+#include "runtime/constrain/tools.h"
 #include "runtime/vision.h"
 #include "tokenizer/chat.h"
 
@@ -178,6 +178,18 @@ lilims_status session_options(const char* fn, const lilims_session_params* param
         return set_error(LILIMS_ERR_INVALID_ARGUMENT,
                          area + "kv_type " + std::to_string(params->kv_type) +
                              " is not a lilims_kv_type (LILIMS_KV_F16 0, LILIMS_KV_Q8_0 1)");
+    }
+  }
+  if (LILIMS_HAS_FIELD(params, lilims_session_params, kv_commit)) {
+    switch (params->kv_commit) {
+      case LILIMS_KV_COMMIT_DEFAULT: break;
+      case LILIMS_KV_COMMIT_SYNC: opt.kv_commit = lilims::graph::KvCommit::sync; break;
+      case LILIMS_KV_COMMIT_ASYNC: opt.kv_commit = lilims::graph::KvCommit::async; break;
+      default:
+        return set_error(LILIMS_ERR_INVALID_ARGUMENT,
+                         area + "kv_commit " + std::to_string(params->kv_commit) +
+                             " is not a lilims_kv_commit (LILIMS_KV_COMMIT_DEFAULT 0, "
+                             "LILIMS_KV_COMMIT_SYNC 1, LILIMS_KV_COMMIT_ASYNC 2)");
     }
   }
   return LILIMS_OK;

@@ -1,4 +1,4 @@
-#include "runtime/tools.h"
+#include "runtime/constrain/tools.h"
 
 #include <nlohmann/json.hpp>
 #include <set>

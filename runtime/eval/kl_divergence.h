@@ -1,5 +1,5 @@
 // KL divergence of a model's next-token distributions from a base model's,
-// over the positions llama-perplexity scores (runtime/perplexity.h), as
+// over the positions llama-perplexity scores (runtime/eval/perplexity.h), as
 // llama-perplexity --kl-divergence reports it: mean KLD (with its standard
 // error), median / p99 / max, and how often both models rank the same token
 // first.

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/json_grammar.h"
+#include "runtime/constrain/json_grammar.h"
 
 namespace lilims::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/tool_format.h"
+#include "runtime/constrain/tool_format.h"
 
 #include <nlohmann/json.hpp>
 

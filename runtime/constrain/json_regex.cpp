@@ -3,7 +3,7 @@
 #include <bitset>
 
 #include "base/error.h"
-#include "runtime/json_grammar.h"
+#include "runtime/constrain/json_grammar.h"
 
 namespace lilims::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/imatrix.h"
+#include "runtime/eval/imatrix.h"
 
 #include <algorithm>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "runtime/json_grammar.h"
+#include "runtime/constrain/json_grammar.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "runtime/token_mask.h"
+#include "runtime/constrain/token_mask.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "runtime/json_schema.h"
+#include "runtime/constrain/json_schema.h"
 
 namespace lilims::runtime {
 

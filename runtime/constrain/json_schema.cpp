@@ -1,4 +1,4 @@
-#include "runtime/json_schema.h"
+#include "runtime/constrain/json_schema.h"
 
 #include <cmath>
 #include <map>

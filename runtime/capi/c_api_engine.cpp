@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "runtime/batch_engine.h"
-#include "runtime/c_api_internal.h"
+#include "runtime/capi/c_api_internal.h"
 
 using lilims::capi::generate_options;
 using lilims::capi::guarded;

@@ -4,7 +4,7 @@
 // what goes between them (one call, or a list where the format allows
 // several), and the parser that turns an answer back into calls.
 //
-//   generic  lilims' own (runtime/tools.h): one line of JSON per tool; the
+//   generic  lilims' own (runtime/constrain/tools.h): one line of JSON per tool; the
 //            answer is {"name", "arguments"} alone (no marks)
 //   hermes   Qwen2 / Qwen2.5 / Hermes 2 Pro: the tools as JSON lines between
 //            <tools></tools>; the answer <tool_call>{"name", "arguments"}</tool_call>
@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/tools.h"
+#include "runtime/constrain/tools.h"
 
 namespace lilims::runtime {
 

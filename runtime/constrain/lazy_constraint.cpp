@@ -1,4 +1,4 @@
-#include "runtime/lazy_constraint.h"
+#include "runtime/constrain/lazy_constraint.h"
 
 namespace lilims::runtime {
 

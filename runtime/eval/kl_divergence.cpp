@@ -1,4 +1,4 @@
-#include "runtime/kl_divergence.h"
+#include "runtime/eval/kl_divergence.h"
 
 #include <sys/types.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/perplexity.h"
+#include "runtime/eval/perplexity.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "runtime/json_constraint.h"
+#include "runtime/constrain/json_constraint.h"
 
 #include <cstring>
 
