@@ -13,6 +13,8 @@
 #include <sys/sysctl.h>
 #endif
 
+#include "kernels/isa_target.h"  // LILIMS_HAVE_*: the paths this build holds
+
 namespace lilims::kernels {
 namespace {
 

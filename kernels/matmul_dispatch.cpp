@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/for_each_index.h"
 #include "base/memory_info.h"
+#include "kernels/isa_target.h"  // LILIMS_HAVE_*: the kernels this build holds
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/quantize_q8_ref.h"

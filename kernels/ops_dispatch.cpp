@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/isa_target.h"  // LILIMS_OPS_*: the tables this build holds
 #include "kernels/ops.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/ops_ref.h"

@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/nlohmann_json.h"
 #include "base/strings.h"
 #include "models/arch.h"
 #include "models/hf_tokenizer.h"

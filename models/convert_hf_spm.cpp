@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/nlohmann_json.h"
 #include "models/convert_hf.h"
 #include "models/convert_util.h"
 #include "tokenizer/tokenizer.h"

@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/nlohmann_json.h"
 #include "models/convert_hf.h"
 #include "models/safetensors.h"
 #include "quant/quantize.h"

@@ -3,10 +3,10 @@
 // directory's JSON files and chat template.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <string>
+
+#include "base/nlohmann_json.h"
 
 namespace lilims::models::hf {
 

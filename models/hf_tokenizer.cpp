@@ -3,11 +3,11 @@
 
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/nlohmann_json.h"
 #include "models/convert_util.h"
 #include "models/gguf.h"
 #include "tokenizer/pretokenize.h"

@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/file.h"
 #include "base/fp16.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::models {
 namespace {

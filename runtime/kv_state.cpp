@@ -14,11 +14,9 @@
 #include <string>
 #include <vector>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "base/error.h"
 #include "base/file.h"
+#include "base/xxh3.h"
 #include "models/builders.h"
 #include "quant/quant.h"
 #include "runtime/engine.h"
@@ -64,11 +62,10 @@ static_assert(kOffTotal + 8 == kStateHeaderBytes, "the header's fields fill it")
 // update per token of a 49k vocabulary would cost more than the hashing.
 class Hasher {
  public:
-  Hasher() { XXH3_64bits_reset(&st_); }
   void bytes(const void* p, size_t n) {
     if (used_ + n > sizeof block_) flush();
     if (n > sizeof block_) {
-      XXH3_64bits_update(&st_, p, n);
+      st_.update(p, n);
       return;
     }
     std::memcpy(block_ + used_, p, n);
@@ -90,16 +87,16 @@ class Hasher {
   }
   uint64_t digest() {
     flush();
-    return XXH3_64bits_digest(&st_);
+    return st_.digest_64();
   }
 
  private:
   void flush() {
-    XXH3_64bits_update(&st_, block_, used_);
+    st_.update(block_, used_);
     used_ = 0;
   }
 
-  XXH3_state_t st_;
+  Xxh3Stream st_;
   uint8_t block_[16384];
   size_t used_ = 0;
 };
@@ -108,7 +105,7 @@ class Hasher {
 uint64_t rope_hash(const Model& model, int32_t n_ctx) {
   const float* f = models::rope_factors(model.weights(), n_ctx);
   if (!f) return 0;
-  return XXH3_64bits(f, (size_t)(model.hparams().n_rot / 2) * sizeof(float));
+  return xxh3_64(f, (size_t)(model.hparams().n_rot / 2) * sizeof(float));
 }
 
 // What a session's state must agree on, from the session itself.
@@ -240,7 +237,7 @@ StateView check_state(const SessionShape& s, int32_t n_ctx, const uint8_t* d, si
                                       std::to_string(total) + " bytes)");
   }
   const uint64_t want = get_u64(d + total - 8);
-  const uint64_t got = XXH3_64bits(d, (size_t)(total - 8));
+  const uint64_t got = xxh3_64(d, (size_t)(total - 8));
   if (want != got) {
     refuse(LILIMS_ERR_BAD_FORMAT, "the state is corrupt: its checksum does not match its bytes");
   }

@@ -1,15 +1,13 @@
 #include "runtime/manifest.h"
 
 #include <cstdio>
-#include <nlohmann/json.hpp>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/xxh3.h"
 #include "lilims/lilims.h"
 #include "quant/quant.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {
@@ -23,12 +21,14 @@ constexpr int kFormatVersion = 1;
   throw Error(LILIMS_ERR_BAD_FORMAT, "[manifest] " + what);
 }
 
-std::string hex128(XXH128_hash_t h) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
+// The canonical text: the high half, then the low one, most significant
+// digit first (as XXH128_canonicalFromHash orders the bytes).
+std::string hex128(Hash128 h) {
   static const char digits[] = "0123456789abcdef";
   std::string s;
-  for (unsigned char b : c.digest) s += digits[b >> 4], s += digits[b & 15];
+  for (uint64_t half : {h.high, h.low}) {
+    for (int shift = 60; shift >= 0; shift -= 4) s += digits[(half >> shift) & 15];
+  }
   return s;
 }
 
@@ -37,14 +37,13 @@ std::string hex128(XXH128_hash_t h) {
 // does not leave all of it resident.
 std::string hash_range(const gguf::File& file, const uint8_t* p, uint64_t n) {
   constexpr uint64_t kStretch = 8u << 20;
-  XXH3_state_t st;
-  XXH3_128bits_reset(&st);
+  Xxh3Stream st;
   for (uint64_t at = 0; at < n; at += kStretch) {
     const size_t len = (size_t)(n - at < kStretch ? n - at : kStretch);
-    XXH3_128bits_update(&st, p + at, len);
+    st.update(p + at, len);
     file.drop_pages(p + at, len);
   }
-  return hex128(XXH3_128bits_digest(&st));
+  return hex128(st.digest_128());
 }
 
 struct Semver {

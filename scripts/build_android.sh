@@ -2,8 +2,8 @@
 # Builds liblilims.a for Android (arm64-v8a by default) with the NDK's CMake
 # toolchain and installs it with lilims.h, the CMake package and the
 # pkg-config file.  Needs the Android NDK (r23 or later: $ANDROID_NDK or
-# $ANDROID_NDK_HOME) and the host's nlohmann-json and xxhash headers (the
-# library uses both header-only; scripts/setup_deps.sh installs them).
+# $ANDROID_NDK_HOME) and the host's nlohmann-json headers (the library
+# uses it header-only; scripts/setup_deps.sh installs them).
 #   scripts/build_android.sh [OUT_DIR] [ABI] [API_LEVEL]   (build-android arm64-v8a 24)
 # Link the app's native code with OUT_DIR/install/lib/liblilims.a and the
 # NDK's libc++ (c++_static or c++_shared), e.g. in CMake:

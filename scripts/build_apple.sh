@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds liblilims.a for iOS devices, the iOS simulator and macOS, and joins
 # them into Lilims.xcframework: a static library per platform with lilims.h
-# and the module map (Swift: `import CLilims`).  Needs macOS with Xcode and
-# CMake, Ninja and nlohmann-json (e.g. from Homebrew).
+# and the module map (Swift: `import CLilims`).  Beside it, OUT_DIR/lilims-binary
+# is a Swift package of the Swift API (library Lilims) over that archive,
+# its manifest the README's (section "Swift", "Prebuilt").  Needs macOS with
+# Xcode and CMake, Ninja and nlohmann-json (e.g. from Homebrew).
 #   scripts/build_apple.sh [OUT_DIR]      (default build-apple)
-# In Xcode, add OUT_DIR/Lilims.xcframework to the app target and link
-# libc++ (Other Linker Flags: -lc++); the Swift package in bindings/swift
-# links it itself.
+# An app then depends on the package OUT_DIR/lilims-binary, or, for the C
+# API alone, adds OUT_DIR/Lilims.xcframework to its target and links libc++
+# (Other Linker Flags: -lc++).  The package in the repository's root builds
+# the same library from source instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build-apple}
@@ -56,4 +59,16 @@ for platform in iphoneos iphonesimulator macosx; do
   args+=(-library "$out/$platform/lib/liblilims.a" -headers "$out/$platform/include/lilims")
 done
 xcodebuild -create-xcframework "${args[@]}" -output "$out/Lilims.xcframework"
+
+# The package over the archive: the README's manifest, the Swift sources.
+pkg=$out/lilims-binary
+rm -rf "$pkg"
+mkdir -p "$pkg/Sources"
+awk '/<!-- readme-swift-binary/ {f = 1; next} f && /^```swift$/ {g = 1; next} g && /^```$/ {exit} g' \
+  README.md >"$pkg/Package.swift"
+[ -s "$pkg/Package.swift" ] || { echo "README: no manifest after readme-swift-binary" >&2; exit 1; }
+cp -R "$out/Lilims.xcframework" "$pkg/Lilims.xcframework"
+cp -R bindings/swift/Sources/Lilims "$pkg/Sources/Lilims"
+swift build --package-path "$pkg"
 echo "$out/Lilims.xcframework"
+echo "$pkg"

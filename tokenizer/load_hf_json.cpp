@@ -1,9 +1,8 @@
 // Tokenizer from a Hugging Face tokenizer.json: the BPE model (byte-level,
 // or SentencePiece-style with byte_fallback) or WordPiece, its vocab, merges
 // and added_tokens, and the pre-tokenizer recognised from its components.
-#include <nlohmann/json.hpp>
-
 #include "base/error.h"
+#include "base/nlohmann_json.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 

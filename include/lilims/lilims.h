@@ -249,7 +249,8 @@ typedef enum lilims_kv_type {
 /* How a step's new K/V rows reach the cache (lilims_session_params.kv_commit;
  * DESIGN.md, "asynchronous KV commit").  Both give the same logits. */
 typedef enum lilims_kv_commit {
-  LILIMS_KV_COMMIT_DEFAULT = 0, /* the mode bench/README measured no slower on every row: sync */
+  LILIMS_KV_COMMIT_DEFAULT = 0, /* sync: neither mode was measured no slower on every row
+                                 * (bench/README.md, "KV commit modes, sync against async") */
   LILIMS_KV_COMMIT_SYNC = 1,    /* written by the chunk that computed them */
   LILIMS_KV_COMMIT_ASYNC = 2    /* written by a pool worker while the next chunk runs */
 } lilims_kv_commit;

@@ -7,6 +7,8 @@
 // of 4, Q transposed into qt (d, 8); the scores of 4 keys by lane FMAs (K
 // elements used from registers), PV per head with the weights read at
 // stride 8.  No direct F16 path: the f32 pass is kept.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
 #include <arm_neon.h>
 
 #include <algorithm>
@@ -272,3 +274,4 @@ void attention__neon(const AttentionArgs& a, int head_begin, int head_end, float
 }
 
 }  // namespace lilims::kernels
+#endif  // LILIMS_HAVE_NEON

@@ -1,6 +1,8 @@
 // F32 x F32 and F16 x F32 matmul on GGUF row-major weights, baseline NEON.
 // Tile: 4 rows x 2 tokens, 8 FMA chains; K % 4 tails in scalar code.
 // Contract: see kernels::MatmulKernelFn.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
 #include <arm_neon.h>
 
 #include <cstring>
@@ -90,3 +92,4 @@ void f16_f32_gemm__neon(const PackedWeight& W, int64_t r0, int64_t r1, const voi
 }
 
 }  // namespace lilims::kernels
+#endif  // LILIMS_HAVE_NEON

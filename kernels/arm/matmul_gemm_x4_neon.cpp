@@ -1,6 +1,8 @@
 // Q8_0 / Q4_0 / Q4_1 matmul on 4-row interleaved weights, baseline NEON
 // (armv8-a: SMULL/SMLAL + SADALP).  Layout and contract: matmul_x4_neon_impl.h,
 // kernels::MatmulKernelFn.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
 #include "kernels/arm/matmul_x4_neon_impl.h"
 
 namespace lilims::kernels {
@@ -23,3 +25,4 @@ void q4_1_q8_1_gemm_x4__neon(const PackedWeight& W, int64_t r0, int64_t r1, cons
 }
 
 }  // namespace lilims::kernels
+#endif  // LILIMS_HAVE_NEON

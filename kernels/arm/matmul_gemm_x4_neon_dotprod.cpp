@@ -10,6 +10,9 @@
 // row r, scaled by (da_t0..da_t3) and dw_r.  The weights of a block column
 // are unpacked once for all quads.
 // Layout and contract: matmul_x4_neon_impl.h, kernels::MatmulKernelFn.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
+LILIMS_TARGET_DOTPROD_BEGIN
 #include "kernels/arm/matmul_x4_neon_act4.h"
 
 namespace lilims::kernels {
@@ -99,3 +102,5 @@ void q4_1_q8_1_gemm_x4__neon_dotprod(const PackedWeight& W, int64_t r0, int64_t 
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_DOTPROD_END
+#endif  // LILIMS_HAVE_NEON

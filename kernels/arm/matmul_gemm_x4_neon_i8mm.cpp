@@ -8,6 +8,9 @@
 //   SMMLA(acc, w01[c], (t0 | t1)) -> acc += (r0t0, r0t1, r1t0, r1t1),
 // 32 MACs per instruction, 8 per block column and token pair.
 // Layout and contract: matmul_x4_neon_impl.h, kernels::MatmulKernelFn.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
+LILIMS_TARGET_I8MM_BEGIN
 #include "kernels/arm/matmul_x4_neon_act4.h"
 
 namespace lilims::kernels {
@@ -100,3 +103,5 @@ void q4_1_q8_1_gemm_x4__neon_i8mm(const PackedWeight& W, int64_t r0, int64_t r1,
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_I8MM_END
+#endif  // LILIMS_HAVE_NEON

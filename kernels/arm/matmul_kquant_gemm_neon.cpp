@@ -1,6 +1,8 @@
 // Q4_K, Q5_K and Q6_K x Q8_K, plain NEON (kernels/arm/matmul_kquant_neon_impl.h):
 // the int8 products through vmull_s8 / vmlal_high_s8 (two per int16 lane)
 // and vpaddlq_s16 into int32.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
 #include "kernels/arm/matmul_kquant_neon_impl.h"
 
 namespace lilims::kernels {
@@ -31,3 +33,4 @@ void q6_k_q8_0_gemm__neon(const PackedWeight& W, int64_t r0, int64_t r1, const v
 }
 
 }  // namespace lilims::kernels
+#endif  // LILIMS_HAVE_NEON

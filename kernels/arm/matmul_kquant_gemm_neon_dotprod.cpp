@@ -1,6 +1,9 @@
 // Q4_K, Q5_K and Q6_K x Q8_K, NEON with dotprod (kernels/arm/matmul_kquant_neon_impl.h):
 // 16 int8 products per sdot into 4 int32 lanes.  Built with
 // -march=armv8.2-a+dotprod.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
+LILIMS_TARGET_DOTPROD_BEGIN
 #include "kernels/arm/matmul_kquant_neon_impl.h"
 
 namespace lilims::kernels {
@@ -29,3 +32,5 @@ void q6_k_q8_0_gemm__neon_dotprod(const PackedWeight& W, int64_t r0, int64_t r1,
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_DOTPROD_END
+#endif  // LILIMS_HAVE_NEON

@@ -186,7 +186,11 @@ struct DotNeon {
   }
 };
 
-#if defined(__ARM_FEATURE_DOTPROD)
+// Only where arm_neon.h declares SDOT: in the CMake build the +dotprod and
+// +i8mm files (an older clang declares it only under the flag); in the
+// Swift package's every file, as its clang declares the intrinsics with
+// target attributes (kernels/isa_target.h).
+#if defined(__ARM_FEATURE_DOTPROD) || defined(LILIMS_KERNELS_BY_ARCH)
 // The 1-token (decode) tile of the +dotprod / +i8mm kernels: G (1 to 3)
 // groups of 4 rows x 1 token.  Each 8-byte activation chunk is copied into
 // both halves of a register, so SDOT against w01[c] = (r0 8 bytes, r1 8

@@ -1,6 +1,8 @@
 // NEON norms, RoPE, activations, element-wise ops and conversions (aarch64
 // baseline).  The same algorithms and error bounds as kernels/x86/ops_avx2.cpp
 // on 4 lanes; tails through a padded stack copy, nothing read past n.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
 #include <arm_neon.h>
 
 #include <cmath>
@@ -333,3 +335,4 @@ const OpsTable& ops_table_neon() {
 
 }  // namespace detail
 }  // namespace lilims::kernels
+#endif  // LILIMS_HAVE_NEON

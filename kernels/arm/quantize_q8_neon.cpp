@@ -2,6 +2,8 @@
 // Bit-identical to the one scalar rule (quant::quantize_block_q8): same max,
 // same scalar d and 1/d, same products, and FCVTAS rounds half away from
 // zero exactly like roundf.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_NEON)  // empty on other architectures
 #include <arm_neon.h>
 
 #include <cstring>
@@ -60,3 +62,4 @@ void quantize_row_q8_1__neon(const float* x, void* y, int64_t k) {
 }
 
 }  // namespace lilims::kernels
+#endif  // LILIMS_HAVE_NEON

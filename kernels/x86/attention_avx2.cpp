@@ -8,6 +8,9 @@
 // 2+ heads) K and V are read straight from the cache rows with F16C inside
 // the dot products, no f32 pass; other caches take the broadcast-K scores
 // from 6 heads (with fewer they would leave too many lanes idle).
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include <immintrin.h>
 
 #include <algorithm>
@@ -471,3 +474,5 @@ void attention__avx2(const AttentionArgs& a, int head_begin, int head_end, float
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

@@ -3,6 +3,9 @@
 // ports x 4 cycles latency).  K tails (K % 8) are done in scalar code; rows
 // and tokens not a multiple of the tile by narrower instantiations.
 // Contract: see kernels::MatmulKernelFn.  Unaligned loads only.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include <immintrin.h>
 
 #include <cstring>
@@ -97,3 +100,5 @@ void f16_f32_gemm__avx2(const PackedWeight& W, int64_t r0, int64_t r1, const voi
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

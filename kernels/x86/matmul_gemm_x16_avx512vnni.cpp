@@ -32,6 +32,9 @@
 // matrices, 2 and 8 KiB slower than 4; Q8_0 is faster without).
 // Contract: see kernels::MatmulKernelFn.  Unaligned loads only; reads the
 // padding rows of a partial last group, writes rows < r1 only.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX512VNNI)  // empty on other architectures
+LILIMS_TARGET_AVX512VNNI_BEGIN
 // GCC 12's _mm512_undefined_ps (behind _mm512_cvtepi32_ps / _mm512_cvtph_ps)
 // initialises a variable from itself, which -Wmaybe-uninitialized reports at
 // every use under -O3.
@@ -286,3 +289,5 @@ void q4_1_q8_1_gemm_x16__avx512vnni(const PackedWeight& W, int64_t r0, int64_t r
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX512VNNI_END
+#endif  // LILIMS_HAVE_AVX512VNNI

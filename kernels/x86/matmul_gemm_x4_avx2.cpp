@@ -24,6 +24,9 @@
 // two streams, read DRAM 2x slower), Q4 with a software prefetch 8 KiB ahead.
 // Contract: see kernels::MatmulKernelFn.  Unaligned loads only; reads the
 // padding rows of a partial last group, writes rows < r1 only.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include <immintrin.h>
 
 #include <cstring>
@@ -300,3 +303,5 @@ void q4_1_q8_1_gemm_x4__avx2(const PackedWeight& W, int64_t r0, int64_t r1, cons
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

@@ -2,6 +2,9 @@
 // a 32-element block's dot through maddubs (unsigned weight quants x signed
 // activations, two products per int16) and madd into int32 lanes.  Built
 // with -mavx2 -mfma -mf16c.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include "kernels/x86/matmul_kquant_x86.h"
 
 namespace lilims::kernels {
@@ -42,3 +45,5 @@ void q6_k_q8_0_gemm__avx2(const PackedWeight& W, int64_t r0, int64_t r1, const v
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

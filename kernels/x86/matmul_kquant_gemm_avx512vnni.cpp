@@ -5,6 +5,9 @@
 // activations, and its two 16-scales a vpmulld of the lanes (lanes 0-3 the
 // first 16 elements, 4-7 the second).  Built with -mavx512f -mavx512bw
 // -mavx512vl -mavx512vnni (and the AVX2 flags).
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX512VNNI)  // empty on other architectures
+LILIMS_TARGET_AVX512VNNI_BEGIN
 #include "kernels/x86/matmul_kquant_x86.h"
 
 namespace lilims::kernels {
@@ -41,3 +44,5 @@ void q6_k_q8_0_gemm__avx512vnni(const PackedWeight& W, int64_t r0, int64_t r1, c
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX512VNNI_END
+#endif  // LILIMS_HAVE_AVX512VNNI

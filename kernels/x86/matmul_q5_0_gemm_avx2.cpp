@@ -28,6 +28,9 @@
 // Contract: see kernels::MatmulKernelFn; any r0 (layout GGUF: groups of 1).
 // Unaligned loads only; reads only the blocks of rows [r0, r1), no byte past
 // a block; writes rows < r1 only.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include <immintrin.h>
 
 #include <cstring>
@@ -140,3 +143,5 @@ void q5_0_q8_0_gemm__avx2(const PackedWeight& W, int64_t r0, int64_t r1, const v
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

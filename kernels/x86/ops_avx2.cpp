@@ -3,6 +3,9 @@
 // done with masked loads/stores, so nothing is read or written past n.
 // Sums (norms, softmax) use float lanes, not the ref's doubles: the tests
 // bound the difference by n * eps relative.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include <immintrin.h>
 
 #include <cmath>
@@ -383,3 +386,5 @@ const OpsTable& ops_table_avx2() {
 
 }  // namespace detail
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

@@ -4,6 +4,9 @@
 // x * id, rounded half away from zero like roundf.  cvtps2dq would round
 // half to even, so the rounding is built from exact steps: t = trunc(s),
 // s - t is exact, and t moves one away from zero where |s - t| >= 0.5.
+#include "kernels/isa_target.h"
+#if defined(LILIMS_HAVE_AVX2)  // empty on other architectures
+LILIMS_TARGET_AVX2_BEGIN
 #include <immintrin.h>
 
 #include <cstring>
@@ -79,3 +82,5 @@ void quantize_row_q8_1__avx2(const float* x, void* y, int64_t k) {
 }
 
 }  // namespace lilims::kernels
+LILIMS_TARGET_AVX2_END
+#endif  // LILIMS_HAVE_AVX2

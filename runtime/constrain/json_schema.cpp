@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "base/error.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

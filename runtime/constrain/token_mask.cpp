@@ -4,9 +4,7 @@
 #include <cstring>
 #include <numeric>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
+#include "base/xxh3.h"
 #include "runtime/constrain/json_schema.h"
 
 namespace lilims::runtime {
@@ -215,9 +213,9 @@ bool CompiledSchema::same_future(int32_t a, int32_t b, int32_t bytes,
 
 uint64_t CompiledSchema::shape_hash(int32_t node, int depth) const {
   const Grammar::Node& n = g_.nodes[(size_t)node];
-  uint64_t h = XXH3_64bits_withSeed(nullptr, 0, (uint64_t)n.end << 48 | (uint64_t)n.bytes.size() << 32 |
-                                                    (uint64_t)n.calls.size() << 16 | n.eps.size());
-  const auto mix = [&](uint64_t v) { h = XXH3_64bits_withSeed(&v, sizeof v, h); };
+  uint64_t h = xxh3_64(nullptr, 0, (uint64_t)n.end << 48 | (uint64_t)n.bytes.size() << 32 |
+                                       (uint64_t)n.calls.size() << 16 | n.eps.size());
+  const auto mix = [&](uint64_t v) { h = xxh3_64(&v, sizeof v, h); };
   for (const Grammar::ByteEdge& e : n.bytes) {
     mix((uint64_t)e.lo << 8 | e.hi);
     if (depth > 0) mix(shape_hash(e.to, depth - 1));
@@ -312,7 +310,7 @@ SchemaCache::SchemaCache(const std::vector<std::string>& pieces, const std::vect
 
 std::shared_ptr<const CompiledSchema> SchemaCache::get(const std::string& schema_text) {
   const std::string canon = canonical_json_schema(schema_text);
-  const uint64_t key = XXH3_64bits(canon.data(), canon.size());
+  const uint64_t key = xxh3_64(canon.data(), canon.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (const auto it = map_.find(key); it != map_.end()) return it->second;

@@ -1,8 +1,7 @@
 #include "runtime/constrain/tool_format.h"
 
-#include <nlohmann/json.hpp>
-
 #include "base/error.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

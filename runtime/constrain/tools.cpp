@@ -1,9 +1,9 @@
 #include "runtime/constrain/tools.h"
 
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "base/error.h"
+#include "base/nlohmann_json.h"
 
 namespace lilims::runtime {
 namespace {

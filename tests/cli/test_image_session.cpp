@@ -18,11 +18,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/xxh3.h"
 #include "cli_util.h"
 #include "lilims/lilims.h"
 #include "runtime/engine.h"
@@ -334,7 +333,7 @@ TEST(SessionImage, StateKeepsTheImageRows) {
   std::vector<uint8_t> bad = buf;
   const int32_t minus_two = -2;
   std::memcpy(bad.data() + runtime::kStateHeaderBytes + 4 * s.before.size(), &minus_two, 4);
-  const uint64_t sum = XXH3_64bits(bad.data(), bad.size() - 8);
+  const uint64_t sum = xxh3_64(bad.data(), bad.size() - 8);
   std::memcpy(bad.data() + bad.size() - 8, &sum, 8);
   runtime::SessionOptions f32 = so;
   f32.kv_type = quant::Type::F32;

@@ -10,7 +10,8 @@ public enum KVCacheType: Int32, Sendable {
 /// How a step's new K/V rows reach the cache (lilims_kv_commit); both give
 /// the same logits.
 public enum KVCommit: Int32, Sendable {
-  /// The mode lilims measured no slower (bench/README): today `sync`.
+  /// lilims' default: `sync`, as neither mode was measured no slower on
+  /// every row (bench/README.md, "KV commit modes, sync against async").
   case automatic = 0
   /// Written by the chunk that computed them.
   case sync = 1
