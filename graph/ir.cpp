@@ -118,7 +118,8 @@ Node& Graph::push(Op op, int out, int a, int b, int c) {
 
 void Graph::embed(const kernels::PackedWeight& table, int out) {
   const bool layout_ok = table.layout == kernels::kLayoutGguf ||
-                         (quant::repackable(table.type, table.layout) && table.cols % quant::kBlock == 0);
+                         (quant::repackable(table.type, table.layout) &&
+                          table.cols % quant::traits(table.type).block_size == 0);
   if (!layout_ok || table.cols != cols(out)) bad("embed: table mismatch");
   push(Op::embed, out).w = &table;
 }

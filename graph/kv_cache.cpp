@@ -29,15 +29,16 @@ int max_chunk_layers(const KvCacheConfig& cfg) {
 }
 
 void check(const KvCacheConfig& cfg) {
+  const quant::TypeTraits& t = quant::traits(cfg.type);
+  const bool kv_type = t.kv && t.type == cfg.type;
   if (cfg.n_layer <= 0 || cfg.n_ctx <= 0 || cfg.n_batch <= 0 || cfg.kv_dim <= 0 ||
       cfg.chunk_begin.size() < 2 || cfg.chunk_begin.front() != 0 ||
       cfg.chunk_begin.back() != cfg.n_layer || !cfg.ops || cfg.n_heads <= 0 ||
-      cfg.kv_dim % cfg.n_heads != 0 ||
-      (cfg.type == quant::Type::Q8_0 && (cfg.kv_dim / cfg.n_heads) % quant::kBlock != 0)) {
+      cfg.kv_dim % cfg.n_heads != 0 || (kv_type && (cfg.kv_dim / cfg.n_heads) % t.block_size != 0)) {
     throw Error(LILIMS_ERR_INTERNAL, "[kv-cache] inconsistent configuration");
   }
-  if (cfg.type != quant::Type::F32 && cfg.type != quant::Type::F16 && cfg.type != quant::Type::Q8_0) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[kv-cache] the cache type must be F32, F16 or Q8_0");
+  if (!kv_type) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[kv-cache] the cache type must be one of " + quant::kv_type_names());
   }
 }
 

@@ -119,13 +119,14 @@ Plan make_plan(const Graph& g, const PlanOptions& options, const ModelMemory& mo
   o.n_batch = std::min(o.n_batch, o.n_ctx);
   o.n_threads = std::max(1, o.n_threads);
   if (o.mode == ExecMode::oracle_f32) o.kv_type = quant::Type::F32;
-  if (sh.n_layer > 0 && o.kv_type == quant::Type::Q8_0 && sh.head_dim % quant::kBlock != 0) {
-    throw Error(LILIMS_ERR_UNSUPPORTED, "[plan] a Q8_0 KV cache needs a head dimension that is "
-                                        "a multiple of 32, not " + std::to_string(sh.head_dim));
+  const quant::TypeTraits& kv = quant::traits(o.kv_type);
+  if (!kv.kv || kv.type != o.kv_type) {
+    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[plan] the KV cache type must be one of " + quant::kv_type_names());
   }
-  if (o.kv_type != quant::Type::F32 && o.kv_type != quant::Type::F16 &&
-      o.kv_type != quant::Type::Q8_0) {
-    throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[plan] the KV cache type must be F32, F16 or Q8_0");
+  if (sh.n_layer > 0 && sh.head_dim % kv.block_size != 0) {
+    throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[plan] a ") + kv.name +
+                                            " KV cache needs a head dimension that is a multiple of " +
+                                            std::to_string(kv.block_size) + ", not " + std::to_string(sh.head_dim));
   }
   const bool fast = o.mode == ExecMode::fast;
   p.ops = fast ? &kernels::ops() : &kernels::ops_table(kernels::Isa::ref);

@@ -29,6 +29,7 @@ namespace lilims::kernels {
 constexpr int kLayoutGguf = quant::kLayoutGguf;  // GGUF row-major blocks
 constexpr int kLayoutX4 = quant::kLayoutX4;      // 4-row interleaved groups (quant/repack.h)
 constexpr int kLayoutX16 = quant::kLayoutX16;    // 16-row interleaved groups (quant/repack.h)
+constexpr int kLayoutAny = -1;                   // a kernel that reads every layout (the references)
 
 // Repacked weight bytes, left uninitialised (repacking writes every byte,
 // and zeroing hundreds of MB first cost a fifth of a large model's load):
@@ -80,11 +81,11 @@ struct PackedWeight {  // a weight matrix ready for the kernels
   ByteBuffer storage;            // the repacked bytes (empty when not repacked)
 };
 
-// Wraps (allow_repack = false, or a type that is never repacked: F32/F16) or
-// repacks (Q8_0/Q4_0/Q4_1 with allow_repack, unless the active ISA is ref;
-// into kLayoutX16 when vnni_enabled(), else kLayoutX4; Q5_0 only into
-// kLayoutX16) a row-major GGUF
-// matrix.  `data` must outlive the result when not repacked.
+// Wraps (allow_repack = false, or preferred_layout(type) is kLayoutGguf:
+// F32/F16, the K-quants, any type under the ref ISA) or repacks (into
+// preferred_layout(type): Q8_0/Q4_0/Q4_1 into kLayoutX16 where the AVX-512
+// VNNI kernels run, else kLayoutX4; Q5_0 only into kLayoutX16) a row-major
+// GGUF matrix.  `data` must outlive the result when not repacked.
 // cols must be a multiple of 32 for the block types.  Throws lilims::Error.
 //
 // When repacking, source_done (if set) is told about each slice of the source
@@ -152,7 +153,7 @@ using MatmulKernelFn = void (*)(const PackedWeight& W, int64_t r0, int64_t r1, c
 struct MatmulKernel {
   const char* name;      // e.g. "q4_0_q8_0_gemm_x4__avx2"
   quant::Type wtype;     // weight type
-  int layout;            // weight layout it reads
+  int layout;            // weight layout it reads (kLayoutAny: every one)
   Isa isa;               // the path it belongs to
   Feature needs;         // CPU feature it needs
   MatmulKernelFn fn;
@@ -171,7 +172,10 @@ struct QuantizeKernel {
 const std::vector<MatmulKernel>& matmul_kernels();
 const std::vector<QuantizeKernel>& quantize_kernels();
 
-// The layout pack_weight repacks a type into (kLayoutGguf when it does not).
+// The layout pack_weight repacks a type into (kLayoutGguf when it does
+// not): the layout of the kernel select_matmul_kernel picks for the type on
+// this CPU and active ISA (the ref kernels, which read every layout, read
+// the GGUF one).
 int preferred_layout(quant::Type type);
 
 // The best kernel of a path for a weight (type, layout) on this CPU; falls
@@ -180,7 +184,7 @@ const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout)
 // Whether a weight of `type` is kept as it is at load on this CPU and
 // active ISA (false for a type with no kernel at all: Q2_K, BF16, ...).
 // True for the kernel types the loader has no conversion for; for the
-// others (quant::dequant_traits(type) names one: Q5_0 -> Q8_0) only when
+// others (their traits' load_as is another type: Q5_0 -> Q8_0) only when
 // the kernel that would run it (select_matmul_kernel on preferred_layout)
 // is marked `keeps` in matmul_kernels.inc: measured no slower than the
 // converted type's kernels.  Q5_0 is kept where the AVX-512 VNNI kernels

@@ -11,7 +11,6 @@
 #include "kernels/matmul.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/quantize_q8_ref.h"
-#include "quant/dequant_ref.h"
 #include "quant/repack.h"
 
 namespace lilims::kernels {
@@ -28,7 +27,7 @@ namespace lilims::kernels {
 const std::vector<MatmulKernel>& matmul_kernels() {
   static const std::vector<MatmulKernel> list = {
 #define LILIMS_MATMUL_KERNEL(name, wtype, layout, isa, feature, keeps) \
-  {#name, quant::Type::wtype, layout, Isa::isa, Feature::feature, name, keeps != 0},
+  {#name, quant::Type::wtype, kLayout##layout, Isa::isa, Feature::feature, name, keeps != 0},
 #define LILIMS_QUANTIZE_KERNEL(name, type, isa, feature)
 #include "kernels/matmul_kernels.inc"
 #undef LILIMS_MATMUL_KERNEL
@@ -104,7 +103,7 @@ const K* pick(const std::vector<K>& list, Isa isa, Match match) {
 
 const MatmulKernel& select_matmul_kernel(Isa isa, quant::Type wtype, int layout) {
   const MatmulKernel* k = pick(matmul_kernels(), isa, [&](const MatmulKernel& m) {
-    return m.wtype == wtype && (m.layout == layout || m.layout == -1);
+    return m.wtype == wtype && (m.layout == layout || m.layout == kLayoutAny);
   });
   if (!k) {
     throw Error(LILIMS_ERR_UNSUPPORTED, std::string("[matmul] no kernel for weight type ") +
@@ -120,9 +119,9 @@ const QuantizeKernel* select_quantize_kernel(Isa isa, quant::Type wtype) {
 }
 
 int preferred_layout(quant::Type type) {
-  if (active_isa() == Isa::ref) return kLayoutGguf;
-  const int layout = vnni_enabled() ? kLayoutX16 : kLayoutX4;
-  return quant::repackable(type, layout) ? layout : kLayoutGguf;
+  const MatmulKernel* k =
+      pick(matmul_kernels(), active_isa(), [&](const MatmulKernel& m) { return m.wtype == type; });
+  return k && k->layout != kLayoutAny ? k->layout : kLayoutGguf;
 }
 
 namespace {
@@ -140,15 +139,15 @@ int feature_tier(Feature f) {
 }  // namespace
 
 bool kept_at_load(quant::Type type) {
-  if (!quant::type_traits((uint32_t)type)) return false;  // no kernel at all (Q2_K, BF16, ...)
-  const quant::DequantTraits* conv = quant::dequant_traits((uint32_t)type);
-  if (!conv) return true;
+  const quant::TypeTraits* t = quant::type_traits((uint32_t)type);
+  if (!t) return false;  // no kernel at all (Q2_K, BF16, ...)
+  if (t->load_as == type) return true;  // no conversion
   const MatmulKernel& k = select_matmul_kernel(active_isa(), type, preferred_layout(type));
   if (!k.keeps) return false;
   // A kernel measured no slower than the converted type's kernel of its own
   // tier may still lose to a higher tier's (an AVX2 kernel against the
   // converted type's AVX-512 VNNI one): kept only at the same tier or above.
-  const MatmulKernel& c = select_matmul_kernel(active_isa(), conv->load_as, preferred_layout(conv->load_as));
+  const MatmulKernel& c = select_matmul_kernel(active_isa(), t->load_as, preferred_layout(t->load_as));
   return feature_tier(k.needs) >= feature_tier(c.needs);
 }
 

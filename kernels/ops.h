@@ -99,13 +99,11 @@ inline AttentionArgs attention_range(const AttentionArgs& a, int r) {
   return one;
 }
 
-// Bytes of one kv head's row in a cache of type t (F16, F32 or Q8_0), and
-// the offset of kv head g's row from its position's (kv_head_stride_bytes,
-// or the rows side by side when it is 0).  Inline: asked per key block.
+// Bytes of one kv head's row in a cache of type t (a type whose traits
+// have kv), and the offset of kv head g's row from its position's
+// (kv_head_stride_bytes, or the rows side by side when it is 0).
 inline int64_t attention_head_bytes(quant::Type t, int head_dim) {
-  if (t == quant::Type::F16) return (int64_t)head_dim * 2;
-  if (t == quant::Type::F32) return (int64_t)head_dim * 4;
-  return (int64_t)(head_dim / quant::kBlock) * (int64_t)sizeof(quant::BlockQ8_0);
+  return (int64_t)quant::row_bytes(t, head_dim);
 }
 inline int64_t attention_head_offset(const AttentionArgs& a, int g) {
   return (int64_t)g * (a.kv_head_stride_bytes ? a.kv_head_stride_bytes

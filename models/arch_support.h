@@ -16,7 +16,6 @@
 #include "models/builders.h"
 #include "models/model.h"
 #include "models/weight_convert.h"
-#include "quant/dequant_ref.h"
 #include "quant/prelaid.h"
 #include "quant/repack.h"
 #include "quant/quantize.h"
@@ -86,13 +85,13 @@ class Reader {
       bad(LILIMS_ERR_BAD_FORMAT, "tensor " + name + " should be a vector of " + std::to_string(n) +
                                      " elements");
     }
-    quant::ReadableType rt;
-    if (!quant::readable_type(t.type, &rt) || rt.block_size != 1) {
+    const quant::TypeTraits* rt = quant::readable_traits(t.type);
+    if (!rt || rt->block_size != 1) {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + name + " has type " + quant::ggml_type_name(t.type) +
                                       "; norm weights, biases and rope factors must be F32, F16 or BF16");
     }
     std::vector<float> out((size_t)n);
-    rt.to_float(t.data, out.data(), n);
+    rt->to_float(t.data, out.data(), n);
     take(t);
     return out;
   }
@@ -209,14 +208,12 @@ class Reader {
     }
   }
 
-  // A weight in a type lilims only dequantizes: each row converted directly
-  // when its traits can, else to floats and then to the kernel type its
-  // traits name (quant/dequant_ref.cpp says why that one).
-  // GGML's plain rounding: the error it adds is bounded (half a Q8_0 step)
-  // and the load stays fast; `lilims quantize` offers the search.
+  // A weight in a type lilims only dequantizes, or one this CPU runs faster
+  // converted: into the kernel type its traits' load_as names
+  // (models/weight_convert.h).
   void requantize(const gguf::TensorInfo& t, Weight& w) {
-    const quant::DequantTraits* src = quant::dequant_traits(t.type);
-    if (!src) {
+    const quant::TypeTraits* src = quant::readable_traits(t.type);
+    if (!src || src->load_as == src->type) {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + t.name + " has type " + quant::ggml_type_name(t.type) +
                                       ", which lilims cannot read");
     }
@@ -250,9 +247,9 @@ class Reader {
     const quant::PrelaidType& p = w.prelaid;
     const std::string laid = quant::prelaid_type_name(quant::prelaid_type_id(p));
     if (!repack_) return "laid out (" + laid + ") but the load asks for GGUF rows (repacking off)";
-    if (p.q4_0_xor != quant::native_prelaid(p.type, p.layout).q4_0_xor) {
-      return std::string("laid out for ") + (p.q4_0_xor ? "aarch64" : "x86") + " (" + laid + "), this build is " +
-             (p.q4_0_xor ? "x86" : "aarch64");
+    if (p.arm_variant != quant::native_prelaid(p.type, p.layout).arm_variant) {
+      return std::string("laid out for ") + (p.arm_variant ? "aarch64" : "x86") + " (" + laid + "), this build is " +
+             (p.arm_variant ? "x86" : "aarch64");
     }
     const kernels::Isa isa = kernels::active_isa();
     if (isa == kernels::Isa::ref) return "";  // the reference kernels read every layout
@@ -280,14 +277,16 @@ class Reader {
     const size_t rb = quant::row_bytes(w.type, w.cols);
     auto bytes = std::make_shared<std::vector<uint8_t>>(rb * (size_t)w.rows);
     const quant::TypeTraits& tt = quant::traits(w.type);
-    const bool flip = w.prelaid.q4_0_xor != quant::native_prelaid(w.type, w.prelaid.layout).q4_0_xor;
+    // block_from_packed undoes this build's XOR; where the file holds the
+    // other variant, its XOR too.
+    const uint8_t flip = w.prelaid.arm_variant != quant::native_prelaid(w.type, w.prelaid.layout).arm_variant
+                             ? quant::variant_xor(w.type, w.prelaid.layout)
+                             : 0;
     for (int64_t r = 0; r < w.rows; ++r) {
       for (int64_t b = 0; b < w.cols / tt.block_size; ++b) {
         uint8_t* blk = bytes->data() + (size_t)r * rb + (size_t)b * tt.block_bytes;
         quant::block_from_packed(w.type, w.prelaid.layout, w.data, w.cols, r, b, blk);
-        if (flip) {  // block_from_packed undid this build's XOR; the file holds the other
-          for (size_t k = tt.scale_bytes; k < tt.block_bytes; ++k) blk[k] ^= 0x88;
-        }
+        for (size_t k = tt.scale_bytes; flip && k < tt.block_bytes; ++k) blk[k] ^= flip;
       }
     }
     f_.drop_pages(w.data, quant::prelaid_bytes(w.prelaid, w.rows, w.cols));
@@ -312,7 +311,7 @@ class Reader {
     bool ok = same && prelaid_copy_reason(p0).empty();
     for (size_t i = 0; ok && i < parts.size(); ++i) {
       const Weight& w = *parts[i];
-      ok = w.prelaid.layout == p0.prelaid.layout && w.prelaid.q4_0_xor == p0.prelaid.q4_0_xor;
+      ok = w.prelaid.layout == p0.prelaid.layout && w.prelaid.arm_variant == p0.prelaid.arm_variant;
       if (ok && i + 1 < parts.size()) {
         ok = w.rows % g == 0 && static_cast<const uint8_t*>(w.data) + quant::prelaid_bytes(w.prelaid, w.rows, w.cols) ==
                                     parts[i + 1]->data;

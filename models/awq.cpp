@@ -6,27 +6,22 @@
 
 #include "base/error.h"
 #include "base/for_each_index.h"
-#include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 
 namespace lilims::models {
 
 namespace {
 
-bool block_weight_type(quant::Type t) {
-  return t == quant::Type::Q4_0 || t == quant::Type::Q4_1 || t == quant::Type::Q8_0;
-}
-
 // A tensor's contents as float (rows * cols).
 std::vector<float> to_floats(const gguf::TensorInfo& t) {
-  quant::ReadableType src;
-  if (!quant::readable_type(t.type, &src)) {
+  const quant::TypeTraits* src = quant::readable_traits(t.type);
+  if (!src) {
     throw Error(LILIMS_ERR_UNSUPPORTED, "[quantize] cannot read " + t.name);
   }
   const uint64_t ne0 = t.ne[0], rows = t.n_elements / ne0;
-  const uint64_t src_row = ne0 / static_cast<uint64_t>(src.block_size) * src.block_bytes;
+  const uint64_t src_row = quant::row_bytes(src->type, (int64_t)ne0);
   std::vector<float> out(t.n_elements);
-  for (uint64_t r = 0; r < rows; ++r) src.to_float(t.data + r * src_row, out.data() + r * ne0, (int64_t)ne0);
+  for (uint64_t r = 0; r < rows; ++r) src->to_float(t.data + r * src_row, out.data() + r * ne0, (int64_t)ne0);
   return out;
 }
 
@@ -117,7 +112,10 @@ AwqFold awq_fold(const gguf::File& in, const gguf::SecondMoments& moments,
         break;
       }
       h = it->second.get();
-      if (block_weight_type(type_of(m)) && t->ne[0] % 32 == 0) any_block = true;
+      const quant::Type type = type_of(m);
+      if (quant::can_quantize(type, quant::kQuantAwq) && t->ne[0] % (uint64_t)quant::traits(type).block_size == 0) {
+        any_block = true;
+      }
     }
     if (ok && any_block) usable.push_back(g);
   }
@@ -136,7 +134,7 @@ AwqFold awq_fold(const gguf::File& in, const gguf::SecondMoments& moments,
     std::vector<std::pair<quant::Type, std::vector<const float*>>> sampled;
     for (const std::string& m : g.members) {
       const quant::Type type = type_of(m);
-      if (!block_weight_type(type)) continue;
+      if (!quant::can_quantize(type, quant::kQuantAwq)) continue;
       const gguf::TensorInfo& t = *in.find_tensor(m);
       weights.push_back(to_floats(t));
       const int64_t rows = static_cast<int64_t>(t.n_elements / t.ne[0]);

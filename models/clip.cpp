@@ -5,7 +5,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "quant/dequant_ref.h"
+#include "quant/quant.h"
 
 namespace lilims::models {
 namespace {
@@ -39,8 +39,8 @@ class ClipReader {
   // n floats of a tensor holding exactly n elements (any shape), F32 or F16.
   std::vector<float> floats(const std::string& name, int64_t n) {
     const gguf::TensorInfo& t = tensor(name);
-    quant::ReadableType rt;
-    if (!quant::readable_type(t.type, &rt) || rt.block_size != 1) {
+    const quant::TypeTraits* rt = quant::readable_traits(t.type);
+    if (!rt || rt->block_size != 1) {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + name + " has type " + quant::ggml_type_name(t.type) +
                                       "; vectors and tables must be F32 or F16");
     }
@@ -49,7 +49,7 @@ class ClipReader {
                                      std::to_string(n) + " elements");
     }
     std::vector<float> out((size_t)n);
-    rt.to_float(t.data, out.data(), n);
+    rt->to_float(t.data, out.data(), n);
     return out;
   }
 
@@ -69,7 +69,7 @@ class ClipReader {
                                      " outputs");
     }
     const quant::TypeTraits* tr = quant::type_traits(t.type);
-    if (!tr || !tr->weight) {
+    if (!tr) {
       bad(LILIMS_ERR_UNSUPPORTED, "tensor " + name + " has type " + quant::ggml_type_name(t.type) +
                                       "; projector matrices must be F32, F16, Q8_0, Q4_0 or Q4_1");
     }

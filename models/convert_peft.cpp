@@ -12,10 +12,10 @@
 
 #include "base/error.h"
 #include "base/file.h"
-#include "base/fp16.h"
 #include "base/nlohmann_json.h"
 #include "models/convert_hf.h"
 #include "models/safetensors.h"
+#include "quant/quantize.h"
 
 namespace lilims::models {
 namespace {
@@ -355,13 +355,9 @@ void check_module(Module& m, const std::string& arch, const gguf::File& base,
 void add_matrix(gguf::Writer* out, const std::string& name, const std::vector<float>& v,
                 uint64_t cols, quant::Type type) {
   const std::vector<uint64_t> ne{cols, v.size() / cols};
-  if (type == quant::Type::F32) {
-    out->add_tensor(name, ne, static_cast<uint32_t>(type), v.data(), v.size() * sizeof(float));
-    return;
-  }
-  std::vector<uint16_t> h(v.size());
-  for (size_t k = 0; k < v.size(); ++k) h[k] = fp32_to_fp16(v[k]);
-  out->add_tensor(name, ne, static_cast<uint32_t>(type), h.data(), h.size() * sizeof(uint16_t));
+  std::vector<uint8_t> bytes(quant::row_bytes(type, (int64_t)v.size()));
+  quant::quantize_row(type, v.data(), bytes.data(), (int64_t)v.size());
+  out->add_tensor(name, ne, static_cast<uint32_t>(type), bytes.data(), bytes.size());
 }
 
 std::string dir_name(std::string d) {

@@ -12,7 +12,6 @@
 #include <unordered_set>
 
 #include "base/error.h"
-#include "quant/dequant_ref.h"
 #include "quant/prelaid.h"
 #include "quant/quant.h"
 
@@ -420,25 +419,26 @@ void File::parse() {
                : ", which is not a GGML type"));
     }
     ti.offset = c.read<uint64_t>("tensor offset");
-    quant::ReadableType rt;
+    const quant::TypeTraits* rt = quant::readable_traits(ti.type);
     if (prelaid) {
       // 2-D, whole blocks per row; rows and columns small enough that the
       // padded byte count cannot overflow.
-      if (n_dims != 2 || ti.ne[0] % quant::kBlock != 0 || ti.ne[0] == 0 || ti.ne[1] == 0 ||
+      const uint64_t bs = static_cast<uint64_t>(quant::traits(pl.type).block_size);
+      if (n_dims != 2 || ti.ne[0] % bs != 0 || ti.ne[0] == 0 || ti.ne[1] == 0 ||
           ti.ne[0] > (1ull << 32) || ti.ne[1] > (1ull << 32)) {
         bad("tensor " + ti.name + " (" + quant::prelaid_type_name(ti.type) +
-            ", laid out for lilims' kernels) must be 2-D with rows of whole " +
-            std::to_string(quant::kBlock) + "-element blocks");
+            ", laid out for lilims' kernels) must be 2-D with rows of whole " + std::to_string(bs) +
+            "-element blocks");
       }
       ti.n_bytes = quant::prelaid_bytes(pl, (int64_t)ti.ne[1], (int64_t)ti.ne[0]);
       ++n_prelaid;
-    } else if (quant::readable_type(ti.type, &rt)) {
-      const uint64_t bs = static_cast<uint64_t>(rt.block_size);
+    } else if (rt) {
+      const uint64_t bs = static_cast<uint64_t>(rt->block_size);
       if (ti.ne[0] % bs != 0) {
         bad("tensor " + ti.name + ": row length " + std::to_string(ti.ne[0]) +
-            " is not a multiple of the " + rt.name + " block size " + std::to_string(bs));
+            " is not a multiple of the " + rt->name + " block size " + std::to_string(bs));
       }
-      if (__builtin_mul_overflow(n_el / bs, static_cast<uint64_t>(rt.block_bytes), &ti.n_bytes)) {
+      if (__builtin_mul_overflow(n_el / bs, static_cast<uint64_t>(rt->block_bytes), &ti.n_bytes)) {
         bad("tensor " + ti.name + ": byte size overflows");
       }
     }
@@ -477,7 +477,7 @@ void File::parse() {
           std::to_string(ti.offset) + ", not a multiple of " + std::to_string(quant::kPrelaidAlignment) +
           " as lilims' layouts need");
     }
-    if (prelaid || quant::readable_type(ti.type, nullptr)) ti.data = base_ + data_start + ti.offset;
+    if (prelaid || quant::readable_traits(ti.type)) ti.data = base_ + data_start + ti.offset;
   }
   // A file with pre-laid tensors says which layout version wrote them.
   if (n_prelaid > 0) {
@@ -586,7 +586,7 @@ namespace {
 const TensorInfo& File::require_tensor(const std::string& name) const {
   const TensorInfo* t = find_tensor(name);
   if (!t) throw Error(LILIMS_ERR_MISSING, "[gguf] missing required tensor " + name);
-  if (!quant::readable_type(t->type, nullptr) && !quant::prelaid_type(t->type, nullptr)) {
+  if (!quant::readable_traits(t->type) && !quant::prelaid_type(t->type, nullptr)) {
     unsupported_type(*t);
   }
   return *t;
@@ -594,7 +594,7 @@ const TensorInfo& File::require_tensor(const std::string& name) const {
 
 void File::require_readable_types() const {
   for (const TensorInfo& t : tensors_) {
-    if (!quant::readable_type(t.type, nullptr)) unsupported_type(t);
+    if (!quant::readable_traits(t.type)) unsupported_type(t);
   }
 }
 
@@ -695,25 +695,26 @@ void Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& ne
   quant::PrelaidType pl;
   const bool prelaid = quant::prelaid_type(type, &pl);
   if (type >= kGgmlTypeCount && !prelaid) invalid("type id " + std::to_string(type) + " is not a GGML type");
-  quant::ReadableType tr;
+  const quant::TypeTraits* tr = quant::readable_traits(type);
   if (prelaid) {
-    if (ne.size() != 2 || ne[0] % quant::kBlock != 0 || ne[0] == 0 || ne[1] == 0 ||
-        ne[0] > (1ull << 32) || ne[1] > (1ull << 32)) {
+    const uint64_t bs = static_cast<uint64_t>(quant::traits(pl.type).block_size);
+    if (ne.size() != 2 || ne[0] % bs != 0 || ne[0] == 0 || ne[1] == 0 || ne[0] > (1ull << 32) ||
+        ne[1] > (1ull << 32)) {
       invalid("a pre-laid tensor must be 2-D with rows of whole blocks");
     }
     const uint64_t expect = quant::prelaid_bytes(pl, (int64_t)ne[1], (int64_t)ne[0]);
     if (expect != n_bytes) {
       invalid(std::to_string(n_bytes) + " bytes given, " + std::to_string(expect) + " expected");
     }
-  } else if (quant::readable_type(type, &tr)) {
+  } else if (tr) {
     uint64_t n = 1;
     for (uint64_t d : ne) {
       if (__builtin_mul_overflow(n, d, &n)) invalid("element count overflows");
     }
-    if (ne[0] % static_cast<uint64_t>(tr.block_size) != 0) {
+    if (ne[0] % static_cast<uint64_t>(tr->block_size) != 0) {
       invalid("row length is not a multiple of the block size");
     }
-    const uint64_t expect = n / static_cast<uint64_t>(tr.block_size) * tr.block_bytes;
+    const uint64_t expect = n / static_cast<uint64_t>(tr->block_size) * tr->block_bytes;
     if (expect != n_bytes) {
       invalid(std::to_string(n_bytes) + " bytes given, " + std::to_string(expect) + " expected");
     }

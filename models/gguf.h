@@ -87,7 +87,7 @@ struct KeyValue {
 struct TensorInfo {
   std::string name;
   std::vector<uint64_t> ne;  // dimensions, ne[0] the innermost (contiguous) one
-  uint32_t type = 0;         // GGML type id (see quant/quant.h, quant/dequant_ref.h)
+  uint32_t type = 0;         // GGML type id (see quant/quant.h)
   uint64_t offset = 0;       // from the start of the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;      // 0 for a type lilims cannot read (size unknown)

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "base/error.h"
-#include "base/fp16.h"
 #include "kernels/ops.h"
 #include "quant/quantize.h"
 
@@ -57,22 +56,11 @@ struct Grid {
 };
 
 Grid grid_of(Type type, const void* block) {
+  const quant::BlockLevels& levels = quant::traits(type).levels;
   Grid g;
-  switch (type) {
-    case Type::Q4_0:
-      g.d = fp16_to_fp32(static_cast<const quant::BlockQ4_0*>(block)->d);
-      break;
-    case Type::Q4_1:
-      g.d = fp16_to_fp32(static_cast<const quant::BlockQ4_1*>(block)->d);
-      g.m = fp16_to_fp32(static_cast<const quant::BlockQ4_1*>(block)->m);
-      break;
-    default:  // Q8_0
-      g.d = fp16_to_fp32(static_cast<const quant::BlockQ8_0*>(block)->d);
-      break;
-  }
-  const quant::LevelRange range = quant::level_range(type);
-  g.lo = range.lo;
-  g.hi = range.hi;
+  levels.scale_min(block, &g.d, &g.m);
+  g.lo = levels.lo;
+  g.hi = levels.hi;
   return g;
 }
 
@@ -116,7 +104,7 @@ GptqFactor gptq_factor(const float* h, int64_t n) {
 
 bool quantize_row_gptq(Type type, const float* src, void* dst, int64_t n, const GptqFactor& f,
                        float* scratch) {
-  if (type != Type::Q4_0 && type != Type::Q4_1 && type != Type::Q8_0) {
+  if (!quant::can_quantize(type, quant::kQuantGptq)) {
     return quant::quantize_row(type, src, dst, n, quant::QuantMethod::search);
   }
   if (n != f.n || n % kBlock != 0) {

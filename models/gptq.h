@@ -43,9 +43,9 @@ struct GptqFactor {
 GptqFactor gptq_factor(const float* h, int64_t n);
 
 // Quantizes one row (n floats, n a multiple of 32, n == f.n) to `type`
-// (Q4_0, Q4_1 or Q8_0; any other weight type is quantized by
-// quantize_row's search); returns false for a type that is not a weight
-// type.  scratch: n floats.
+// (a type with quant::kQuantGptq: Q4_0, Q4_1, Q8_0; any other weight type
+// is quantized by quantize_row's search); returns false for a type that is
+// not a weight type.  scratch: n floats.
 bool quantize_row_gptq(quant::Type type, const float* src, void* dst, int64_t n, const GptqFactor& f,
                        float* scratch);
 

@@ -8,7 +8,6 @@
 #include "base/strings.h"
 #include "kernels/cpu.h"
 #include "models/weight_convert.h"
-#include "quant/dequant_ref.h"
 #include "quant/prelaid.h"
 #include "quant/repack.h"
 
@@ -17,12 +16,9 @@ namespace {
 
 // The layout a target stores a type in, or nothing (kLayoutGguf) when none holds it.
 quant::PrelaidType layout_for(const std::string& target, quant::Type type) {
-  quant::PrelaidType p;
-  p.type = type;
-  p.layout = target == "avx512vnni" ? quant::kLayoutX16 : quant::kLayoutX4;
-  p.q4_0_xor = target == "neon" && type == quant::Type::Q4_0;
-  if (quant::repacked_bytes(type, p.layout, 1, quant::kBlock) == 0) p.layout = quant::kLayoutGguf;
-  return p;
+  const int layout = target == "avx512vnni" ? quant::kLayoutX16 : quant::kLayoutX4;
+  if (!quant::repackable(type, layout)) return quant::PrelaidType{type, quant::kLayoutGguf, false};
+  return quant::prelaid_for(type, layout, target == "neon");
 }
 
 // A layer's tensors a load stacks into one weight, in their stacking order.
@@ -59,7 +55,9 @@ Writer lay_out(const File& in, const std::string& target, LayOutStats* stats) {
 
   auto emit = [&](const TensorInfo& t) {
     const quant::TypeTraits* tt = quant::type_traits(t.type);
-    const quant::DequantTraits* conv = quant::dequant_traits(t.type);
+    // A type a load converts (to its traits' load_as), or nullptr.
+    const quant::TypeTraits* conv = quant::readable_traits(t.type);
+    if (conv && conv->load_as == conv->type) conv = nullptr;
     const bool weight = t.ne.size() == 2 && ends_with(t.name, ".weight") && (tt || conv);
     // An embedding with its own output beside it is only read row by row:
     // it keeps GGUF rows.
@@ -87,8 +85,8 @@ Writer lay_out(const File& in, const std::string& target, LayOutStats* stats) {
     }
     std::vector<uint8_t> bytes(quant::prelaid_bytes(p, rows, cols));
     quant::repack(p.type, p.layout, data, rows, cols, bytes.data());
-    if (p.q4_0_xor != quant::native_prelaid(p.type, p.layout).q4_0_xor) {
-      quant::flip_q4_0_x4_variant(bytes.data(), rows, cols);
+    if (p.arm_variant != quant::native_prelaid(p.type, p.layout).arm_variant) {
+      quant::flip_variant(p, bytes.data(), rows, cols);
     }
     out.add_tensor(t.name, t.ne, quant::prelaid_type_id(p), bytes.data(), bytes.size());
   };

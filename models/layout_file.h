@@ -32,7 +32,7 @@ std::string layout_target(const std::string& name);
 // aligned to quant::kPrelaidAlignment; metadata gains lilims.layout.version
 // and lilims.layout.target.  A weight of a type the target has no layout
 // for but a load converts (Q4_K, Q5_K, Q6_K, Q5_0 outside avx512vnni, BF16,
-// ...: quant::DequantTraits) is converted here as a load would
+// ...: their traits' load_as) is converted here as a load would
 // (models/weight_convert.h), bit for bit, then laid out: the file is larger
 // (Q6_K 6.6 -> Q8_0 8.5 bits a weight, Q4_K 4.5 -> Q4_1 5) and its load
 // copies nothing.  Throws LILIMS_ERR_UNSUPPORTED for a tensor lilims

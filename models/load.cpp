@@ -11,7 +11,6 @@
 #include "base/memory_info.h"
 #include "models/arch_support.h"
 #include "models/model.h"
-#include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 #include "quant/repack.h"
 

@@ -12,7 +12,6 @@
 #include "base/error.h"
 #include "base/fp16.h"
 #include "base/strings.h"
-#include "quant/dequant_ref.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 
@@ -197,7 +196,7 @@ std::unique_ptr<LoraAdapter> load_lora(const gguf::File& f, const Model& base) {
 gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const gguf::File& adapter,
                         float user_scale, quant::Type type) {
   const quant::TypeTraits& tt = quant::traits(type);
-  if (!tt.weight || tt.file_type < 0) {
+  if (!(tt.quantizers & quant::kQuantPlain)) {
     fail(LILIMS_ERR_INVALID_ARGUMENT, std::string("cannot write merged weights as ") + tt.name);
   }
   const std::unique_ptr<LoraAdapter> ad = load_lora(adapter, model);  // the checks
@@ -214,8 +213,8 @@ gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const g
       fail(LILIMS_ERR_INVALID_ARGUMENT, t.name + ": the model's LM head is this table; merged, the adapter "
                                                  "would change the head too, which applied unmerged it does not");
     }
-    quant::ReadableType rt;
-    if (!t.data || !quant::readable_type(t.type, &rt)) {
+    const quant::TypeTraits* rt = quant::readable_traits(t.type);
+    if (!t.data || !rt) {
       fail(LILIMS_ERR_UNSUPPORTED, t.name + ": cannot read its type " + quant::ggml_type_name(t.type));
     }
     const int64_t cols = (int64_t)t.ne[0], rows = (int64_t)t.ne[1];  // the embedding's: n_embd, n_vocab
@@ -226,12 +225,12 @@ gguf::Writer merge_lora(const gguf::File& base_file, const Model& model, const g
     const std::vector<float> a = floats_of(*adapter.find_tensor(t.name + ".lora_a"));  // (rank, n_in)
     const std::vector<float> b = floats_of(*adapter.find_tensor(t.name + ".lora_b"));  // (n_out, rank)
     const float s = ad->scale(*w, user_scale);
-    const size_t in_rb = (size_t)cols / (size_t)rt.block_size * rt.block_bytes;
+    const size_t in_rb = quant::row_bytes(rt->type, cols);
     const size_t out_rb = quant::row_bytes(type, cols);
     std::vector<float> row((size_t)cols);
     std::vector<uint8_t> bytes(out_rb * (size_t)rows);
     for (int64_t o = 0; o < rows; ++o) {
-      rt.to_float(t.data + (size_t)o * in_rb, row.data(), cols);
+      rt->to_float(t.data + (size_t)o * in_rb, row.data(), cols);
       for (int32_t k = 0; k < w->rank && !w->embedding; ++k) {
         const float c = s * b[(size_t)o * (size_t)w->rank + (size_t)k];
         const float* ak = a.data() + (size_t)k * (size_t)cols;

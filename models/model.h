@@ -69,9 +69,10 @@ struct Weight {
   int64_t rows = 0, cols = 0;
   const void* data = nullptr;   // GGUF bytes (into the mapping, or into `requantized`)
   kernels::PackedWeight packed; // what the matmul kernels read (maybe repacked)
-  // A weight stored in a type lilims has no kernel for (Q4_K, Q5_1, BF16, ...
-  // quant/dequant_ref.h) is re-quantized at load to `type`; this holds those
-  // bytes while the kernels read them (released once repacked, data then null).
+  // A weight stored in a type the load converts (one without kernels, Q5_1,
+  // BF16, ..., or one this CPU runs faster converted: its traits' load_as) is
+  // re-quantized at load to `type`; this holds those bytes while the kernels
+  // read them (released once repacked, data then null).
   std::shared_ptr<const std::vector<uint8_t>> requantized;
   // A tensor the file holds already in a kernel layout (quant/prelaid.h):
   // `data` then points at those bytes and `type` is their block format;

@@ -11,7 +11,6 @@
 #include "base/strings.h"
 #include "models/awq.h"
 #include "models/gptq.h"
-#include "quant/dequant_ref.h"
 #include "quant/quantize.h"
 
 namespace lilims::gguf {
@@ -94,16 +93,16 @@ TensorTypeRule parse_tensor_type_rule(const std::string& text) {
   }
   const std::string type_name = text.substr(eq + 1);
   const quant::TypeTraits* tt = quant::type_traits_by_name(type_name);
-  if (!tt || file_type_of(tt->type) < 0) {
+  if (!tt || !quant::can_quantize(tt->type, quant::kQuantPlain)) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type " + text + ": unknown type '" +
-                                                 type_name + "' (Q4_0, Q4_1, Q5_0, Q8_0, F16, F32)");
+                                                 type_name + "' (" + quant::type_names(quant::kQuantPlain) + ")");
   }
   return {text.substr(0, eq), tt->type};
 }
 
 Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt) {
   const int ftype = file_type_of(type);
-  if (ftype < 0) {
+  if (!quant::can_quantize(type, quant::kQuantPlain)) {
     throw Error(LILIMS_ERR_INVALID_ARGUMENT, std::string("[quantize] cannot quantize to ") +
                                                  quant::ggml_type_name(static_cast<uint32_t>(type)));
   }
@@ -122,7 +121,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
   std::vector<int> rule_of(in.tensors().size(), -1);
   for (size_t r = 0; r < opt.tensor_types.size(); ++r) {
     const TensorTypeRule& rule = opt.tensor_types[r];
-    if (file_type_of(rule.type) < 0) {
+    if (!quant::can_quantize(rule.type, quant::kQuantPlain)) {
       throw Error(LILIMS_ERR_INVALID_ARGUMENT, "[quantize] --tensor-type " + rule.pattern + ": cannot quantize to " +
                                                    quant::ggml_type_name(static_cast<uint32_t>(rule.type)));
     }
@@ -162,10 +161,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
   std::map<const std::vector<float>*, FactorUse> factors;
   const SecondMoments* second_moments = opt.second_moments;
   auto moments_for = [&](const TensorInfo& t, quant::Type type) -> const std::vector<float>* {
-    if (!second_moments || (type != quant::Type::Q4_0 && type != quant::Type::Q4_1 &&
-                                type != quant::Type::Q8_0)) {
-      return nullptr;
-    }
+    if (!second_moments || !quant::can_quantize(type, quant::kQuantGptq)) return nullptr;
     const auto it = second_moments->find(t.name);
     if (it == second_moments->end() || !it->second) return nullptr;
     const uint64_t n = t.ne[0];
@@ -220,7 +216,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const quant::TypeTraits* d = dst_of(k);
     if (d || !folded(in.tensors()[k])) return d;
     d = quant::type_traits(in.tensors()[k].type);
-    if (!d || !d->from_float) {  // the K-quants are read, not written
+    if (!d || !(d->quantizers & quant::kQuantPlain)) {  // the K-quants are read, not written
       throw Error(LILIMS_ERR_UNSUPPORTED, "[quantize] cannot write the scaled " + in.tensors()[k].name);
     }
     return d;
@@ -242,8 +238,8 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
   for (size_t k = 0; k < in.tensors().size(); ++k) {
     const TensorInfo& t = in.tensors()[k];
     if (opt.progress) opt.progress(k, in.tensors().size(), t);
-    quant::ReadableType src;
-    quant::readable_type(t.type, &src);  // require_readable_types() vouched for it
+    // require_readable_types() vouched for it
+    const quant::TypeTraits& src = *quant::readable_traits(t.type);
     const quant::TypeTraits* dst = dst_or_folded(k);
     const std::vector<float>* scaled = folded(t);
     if (!dst) {
@@ -260,10 +256,9 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
     const uint64_t src_row = ne0 / src.block_size * src.block_bytes;
     const uint64_t dst_row = ne0 / dst->block_size * dst->block_bytes;
     data.resize(rows * dst_row);
-    // Q4_K -> Q4_1 has an exact path (quant/dequant_ref.h); floats would
+    // Q4_K -> Q4_1 has an exact path (its traits' transcode); floats would
     // round every element again.
-    const quant::DequantTraits* dq = quant::dequant_traits(t.type);
-    const bool transcode = !scaled && dq && dq->transcode && dq->load_as == dst->type;
+    const bool transcode = !scaled && src.transcode && src.load_as == dst->type;
     const float* importance = nullptr;
     if (opt.importance && dst->block_size > 1) {
       const auto it = opt.importance->find(t.name);
@@ -280,7 +275,7 @@ Writer requantize(const File& in, quant::Type type, const RequantizeOptions& opt
       std::vector<float> buf(ne0), scratch;
       for (uint64_t r = r0; r < r1; ++r) {
         if (transcode) {
-          dq->transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
+          src.transcode(t.data + r * src_row, data.data() + r * dst_row, static_cast<int64_t>(ne0));
           continue;
         }
         if (scaled) {

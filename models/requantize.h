@@ -20,7 +20,7 @@ namespace lilims::gguf {
 // anything else is copied.  All metadata is kept, general.file_type set
 // (F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8) and, for block types,
 // general.quantization_version = 2.  Sources may be in any type lilims reads,
-// those it only dequantizes (Q4_K, Q5_1, BF16, ... quant/dequant_ref.h)
+// those it only dequantizes (Q5_1, BF16, ...: quant/quant.h's table)
 // included; a 2-D weight whose rows do not split into the target's blocks
 // is copied as it is.  Throws LILIMS_ERR_UNSUPPORTED for a source tensor
 // lilims cannot read, LILIMS_ERR_INVALID_ARGUMENT for a target

@@ -5,10 +5,10 @@
 
 namespace lilims::models {
 
-std::vector<uint8_t> convert_for_kernels(const quant::DequantTraits& src, const uint8_t* data, int64_t rows,
+std::vector<uint8_t> convert_for_kernels(const quant::TypeTraits& src, const uint8_t* data, int64_t rows,
                                          int64_t cols) {
   const quant::Type to = src.load_as;
-  const size_t src_row = (size_t)cols / (size_t)src.block_size * src.block_bytes;
+  const size_t src_row = quant::row_bytes(src.type, cols);
   const size_t dst_row = quant::row_bytes(to, cols);
   std::vector<uint8_t> bytes(dst_row * (size_t)rows);
   std::vector<float> row((size_t)cols);

@@ -1,8 +1,8 @@
 // The conversion a load applies to a weight of a type no kernel of the CPU
 // reads as it is (Q4_K, Q5_K, Q6_K, Q2_K, IQ4_NL, BF16 ...; Q5_0 without
 // the AVX-512 VNNI kernel): each row transcoded, or dequantized and
-// quantized again with GGML's plain rounding, into the kernel type
-// quant::DequantTraits::load_as names.  The loader (models/arch_support.h)
+// quantized again with GGML's plain rounding, into the kernel type its
+// traits' load_as names.  The loader (models/arch_support.h)
 // and `lilims quantize --layout` (models/layout_file.cpp) both use it, so a
 // file laid out once holds the bytes a plain file's load would make.
 #pragma once
@@ -10,14 +10,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "quant/dequant_ref.h"
+#include "quant/quant.h"
 
 namespace lilims::models {
 
 // rows x cols elements of src's type at `data` (GGUF rows) as load_as rows.
 // cols must be a whole number of blocks of both types (checked by the
 // caller, who names the tensor).
-std::vector<uint8_t> convert_for_kernels(const quant::DequantTraits& src, const uint8_t* data, int64_t rows,
+std::vector<uint8_t> convert_for_kernels(const quant::TypeTraits& src, const uint8_t* data, int64_t rows,
                                          int64_t cols);
 
 }  // namespace lilims::models

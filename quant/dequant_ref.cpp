@@ -15,6 +15,8 @@ uint32_t load_u32le(const uint8_t* p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+}  // namespace
+
 void bf16_to_float(const void* src, float* dst, int64_t n) {
   const uint16_t* s = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; ++i) {
@@ -70,6 +72,8 @@ void q2_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+namespace {
+
 // Q3_K's 16 signed 6-bit scales: the low nibbles are bytes 0-7 (sub-blocks
 // 0-7 low nibble, 8-15 high nibble), the top two bits are bytes 8-11.
 int q3_k_scale(const uint8_t* s, int i) {
@@ -77,6 +81,8 @@ int q3_k_scale(const uint8_t* s, int i) {
   const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
   return (low | high << 4) - 32;
 }
+
+}  // namespace
 
 void q3_k_to_float(const void* src, float* dst, int64_t n) {
   const BlockQ3_K* b = static_cast<const BlockQ3_K*>(src);
@@ -99,7 +105,6 @@ void q3_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
-}  // namespace
 
 // Q4_K/Q5_K's eight 6-bit (scale, min) pairs in 12 bytes: pairs 0-3 in the
 // low 6 bits of bytes 0-3 (scales) and 4-7 (mins); pairs 4-7 take their low
@@ -181,39 +186,6 @@ void q6_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
-namespace {
-
-// load_as, by error first, then size.  Q4_K -> Q4_1: exact up to fp16
-// rounding of the scales (transcode_q4_k_to_q4_1), 5 bits per weight instead
-// of 4.5.  Everything else -> Q8_0 (8.5 bits): its rounding error (at most
-// 1/254 of each 32-block's largest magnitude) is far below that of the
-// source formats (3 to 6 bits), so re-quantizing barely moves the weights,
-// where a 4-bit kernel type would add an error as large as the source's own
-// (Q2_K/Q3_K/Q6_K sub-blocks of 16 have two scales per Q4_1 block; Q5_1,
-// IQ4_NL and Q6_K have more than 16 levels per block).  BF16 has 8
-// significant bits; Q8_0 keeps 7-8 per element relative to the block max.
-// Q5_0, Q4_K, Q5_K and Q6_K are kernel types (quant/quant.h): their
-// entries are the conversions the loader applies only where
-// kernels::kept_at_load says this CPU has no kernel for them as fast as the
-// converted type's.
-void q5_0_to_float(const void* src, float* dst, int64_t n) {
-  traits(Type::Q5_0).to_float(src, dst, n);
-}
-
-const DequantTraits kDequant[] = {
-    {6, "Q5_0", kBlock, sizeof(BlockQ5_0), q5_0_to_float, Type::Q8_0, nullptr},
-    {7, "Q5_1", kBlock, sizeof(BlockQ5_1), q5_1_to_float, Type::Q8_0, nullptr},
-    {10, "Q2_K", kBlockK, sizeof(BlockQ2_K), q2_k_to_float, Type::Q8_0, nullptr},
-    {11, "Q3_K", kBlockK, sizeof(BlockQ3_K), q3_k_to_float, Type::Q8_0, nullptr},
-    {12, "Q4_K", kBlockK, sizeof(BlockQ4_K), q4_k_to_float, Type::Q4_1, transcode_q4_k_to_q4_1},
-    {13, "Q5_K", kBlockK, sizeof(BlockQ5_K), q5_k_to_float, Type::Q8_0, nullptr},
-    {14, "Q6_K", kBlockK, sizeof(BlockQ6_K), q6_k_to_float, Type::Q8_0, nullptr},
-    {20, "IQ4_NL", kBlock, sizeof(BlockIQ4_NL), iq4_nl_to_float, Type::Q8_0, nullptr},
-    {30, "BF16", 1, 2, bf16_to_float, Type::Q8_0, nullptr},
-};
-
-}  // namespace
-
 void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n) {
   const BlockQ4_K* b = static_cast<const BlockQ4_K*>(src);
   BlockQ4_1* out = static_cast<BlockQ4_1*>(dst);
@@ -237,26 +209,6 @@ void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n) {
       }
     }
   }
-}
-
-const DequantTraits* dequant_traits(uint32_t ggml_type) {
-  for (const DequantTraits& t : kDequant) {
-    if (t.ggml_type == ggml_type) return &t;
-  }
-  return nullptr;
-}
-
-bool readable_type(uint32_t ggml_type, ReadableType* out) {
-  ReadableType r{};
-  if (const TypeTraits* t = type_traits(ggml_type)) {
-    r = {t->name, t->block_size, t->block_bytes, t->to_float};
-  } else if (const DequantTraits* t = dequant_traits(ggml_type)) {
-    r = {t->name, t->block_size, t->block_bytes, t->to_float};
-  } else {
-    return false;
-  }
-  if (out) *out = r;
-  return true;
 }
 
 }  // namespace lilims::quant

@@ -1,9 +1,11 @@
-// Reference dequantizers for GGML types lilims has no kernels for: the
-// K-quants (Q2_K..Q6_K), Q5_1, IQ4_NL and BF16, as community GGUFs
-// ship them.  A model in one of these is dequantized and re-quantized to a
-// kernel type when it loads (models/load.cpp) or once by `lilims quantize`;
-// so is a kernel type on a CPU where its kernels are slower than the
-// converted type's (kernels::kept_at_load).
+// Reference dequantizers for the GGML types lilims reads but has no
+// kernels for (Q5_1, IQ4_NL, Q2_K, Q3_K, BF16, as community GGUFs ship
+// them) and for the K-quant kernel types (Q4_K, Q5_K, Q6_K).  A model in a
+// type without kernels is dequantized and re-quantized to a kernel type
+// (its traits' load_as, quant/quant.cpp says why that one) when it loads
+// (models/load.cpp) or once by `lilims quantize`; so is a kernel type on a
+// CPU where its kernels are slower than the converted type's
+// (kernels::kept_at_load).
 //
 // Block layouts are GGML's byte for byte (each struct below has its size
 // asserted).  Every value is d * q (+ min) computed in float: the products of
@@ -69,45 +71,21 @@ static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
 
 // Q4_K/Q5_K's (scale, min) pair j (0..7) from the 12 scale bytes.
 void k_scale_min(const uint8_t* scales, int j, int* scale, int* min);
-// Scalar dequantizers of the K-quant kernel types (quant::traits' to_float).
+
+// The scalar dequantizers (their traits' to_float).
+void q5_1_to_float(const void* src, float* dst, int64_t n);
+void iq4_nl_to_float(const void* src, float* dst, int64_t n);
+void q2_k_to_float(const void* src, float* dst, int64_t n);
+void q3_k_to_float(const void* src, float* dst, int64_t n);
 void q4_k_to_float(const void* src, float* dst, int64_t n);
 void q5_k_to_float(const void* src, float* dst, int64_t n);
 void q6_k_to_float(const void* src, float* dst, int64_t n);
-
-// Geometry and scalar dequantizer of a GGML type lilims reads but has no
-// kernel for.
-struct DequantTraits {
-  uint32_t ggml_type;
-  const char* name;
-  int block_size;
-  size_t block_bytes;
-  void (*to_float)(const void* src, float* dst, int64_t n);  // n: a multiple of block_size
-  // The kernel type its weights are re-quantized to at load (see dequant_ref.cpp).
-  Type load_as;
-  // When set, converts n elements straight to load_as, with less error than
-  // dequantizing and quantizing again; else the load goes through floats.
-  void (*transcode)(const void* src, void* dst, int64_t n);
-};
+void bf16_to_float(const void* src, float* dst, int64_t n);
 
 // Q4_K -> Q4_1, sub-block by sub-block: a Q4_K sub-block of 32 is
 // (d * scale) * q - (dmin * min) with q in 0..15, a Q4_1 block exactly, with
 // its scale and min rounded to fp16 (relative error at most 2^-11 each).
+// Q4_K's traits' transcode.
 void transcode_q4_k_to_q4_1(const void* src, void* dst, int64_t n);
-
-// The load-time conversion of a type: for a type lilims can only dequantize
-// (type_traits() nullptr) the one way it loads; for a kernel type listed
-// here (Q5_0) the way it loads where kernels::kept_at_load() is false.
-// nullptr for every other type.
-const DequantTraits* dequant_traits(uint32_t ggml_type);
-
-// Geometry and to_float of any type lilims can read, kernel type or not.
-struct ReadableType {
-  const char* name;
-  int block_size;
-  size_t block_bytes;
-  void (*to_float)(const void* src, float* dst, int64_t n);
-};
-// false for a type lilims can neither run nor dequantize; out may be nullptr.
-bool readable_type(uint32_t ggml_type, ReadableType* out);
 
 }  // namespace lilims::quant

@@ -1,10 +1,15 @@
-// GGUF-compatible tensor types and block formats, one traits entry each.
-// The numeric values of Type are GGML's type ids as stored in GGUF files.
+// GGUF-compatible tensor types and block formats: one table, one entry per
+// format (quant.cpp: kTraits).  The numeric values of Type are GGML's type
+// ids as stored in GGUF files.
 //
-// Every fact about a format (block geometry, scalar conversions, the
-// activation format its matmul takes, whether and how it is repacked, its
-// GGUF file type) lives in its TypeTraits entry (quant.cpp); the rest of the
-// code asks traits() instead of switching over Type.
+// Every fact about a format lives in its TypeTraits entry: block geometry,
+// the scalar dequantizer and quantizers, which quantizers lilims offers for
+// it (plain, imatrix, AWQ, GPTQ), whether the matmul kernels read it, the
+// activation format they take, the layouts it can be repacked into (and
+// with which byte XOR), what a load converts it to where it is not run as it
+// is, whether it can hold the KV cache, and its GGUF file type.  The rest of
+// the code asks traits() instead of switching over Type; adding a format is
+// one entry (plus its kernels in kernels/matmul_kernels.inc).
 #pragma once
 
 #include <cstddef>
@@ -19,11 +24,16 @@ enum class Type : uint32_t {
   Q4_0 = 2,
   Q4_1 = 3,
   Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
   Q8_1 = 9,  // activation-side format (Q8 with the block sum); not a weight type here
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  BF16 = 30,
 };
 
 constexpr int kBlock = 32;    // elements per block of Q4_0/Q4_1/Q5_0/Q8_0/Q8_1
@@ -127,46 +137,111 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
 
-// How a weight may be rearranged for the SIMD kernels (quant/repack.h).
-enum class Repack : uint8_t {
-  none,  // read in its GGUF layout
-  x4,    // 4-row interleaved groups (kernels::kLayoutX4), or 16 (kLayoutX16)
-  x16,   // 16-row groups only (kLayoutX16, where the AVX-512 VNNI kernels run)
-};
+// Weight layouts: GGUF's row-major blocks, or row-interleaved groups
+// (quant/repack.h describes them; repack.cpp: their geometry).
+constexpr int kLayoutGguf = 0;  // GGUF row-major blocks
+constexpr int kLayoutX4 = 1;    // 4-row groups, 8-byte chunks
+constexpr int kLayoutX16 = 2;   // 16-row groups, 4-byte chunks
+constexpr int kLayoutCount = 3;
 
 // plain: GGML's reference rounding; search: least squared error per block
 // (quant/quantize.h).  Formats without a choice ignore it.
 enum class QuantMethod { plain, search };
 
+// The quantizers lilims offers for a format (TypeTraits::quantizers, a set
+// of these bits).
+enum Quantizer : unsigned {
+  kQuantPlain = 1u << 0,    // from_float, both methods: a target of `lilims quantize`
+  kQuantImatrix = 1u << 1,  // from_float_weighted: the search weighted by input importance
+  kQuantAwq = 1u << 2,      // activation-aware scales folded into the norms (models/awq.h)
+  kQuantGptq = 1u << 3,     // error compensation over its levels (models/gptq.h)
+};
+
+// A block whose elements are x = d * q + m with integer levels q in
+// [lo, hi] (m = 0 for the symmetric formats): what GPTQ rounds against.
+struct BlockLevels {
+  int lo = 0, hi = 0;
+  // d and m of a block, as it dequantizes them.
+  void (*scale_min)(const void* block, float* d, float* m) = nullptr;
+  // Writes block_size levels q (each in [lo, hi]) into a block; d and m stay.
+  void (*set)(void* block, const int* q) = nullptr;
+};
+
+// How a format sits in a layout (quant/repack.h).
+struct Packing {
+  bool holds = false;         // the layout can hold the format
+  uint8_t quant_xor = 0;      // XOR on its quant bytes there, as x86 builds write them
+  uint8_t quant_xor_arm = 0;  // and as aarch64 builds write them
+};
+
 struct TypeTraits {
   Type type;
   const char* name;    // GGML's name ("Q4_0")
-  int block_size;      // elements per block (1 for F32/F16)
+  int block_size;      // elements per block (1 for F32/F16/BF16)
   size_t block_bytes;  // bytes per block
   // Bytes at the head of a block before its quants: the fp16 scale (and
-  // min / sum), which repacking gathers per 4-row group; 0 for F32/F16.
+  // min / sum), which repacking gathers per row group; 0 for a format that
+  // is not repacked.
   size_t scale_bytes;
   // Scalar reference: n elements (a multiple of block_size) to float.
   void (*to_float)(const void* src, float* dst, int64_t n);
+
+  // --- reading -------------------------------------------------------------
+  // Tensors in GGUF files may hold it (readable_traits()); false for an
+  // activation-only format.
+  bool in_files = true;
+  // The matmul kernels read weights of it (type_traits() returns only these).
+  bool kernels = false;
+  Type act_type = Type::F32;  // the format activations are quantized to for its matmul
+  // By layout id; [kLayoutGguf] holds every format.
+  Packing packing[kLayoutCount] = {{true, 0, 0}};
+  // The kernel type a load converts it to where it is not run as it is
+  // (kernels::kept_at_load); `type` itself when it always is.
+  Type load_as = Type::F32;
+  // When set, converts n elements straight to load_as, with less error than
+  // dequantizing and quantizing again; else the load goes through floats.
+  void (*transcode)(const void* src, void* dst, int64_t n) = nullptr;
+  bool kv = false;  // the KV cache can be held in it (rows of head_dim elements)
+
+  // --- writing -------------------------------------------------------------
+  unsigned quantizers = 0;  // Quantizer bits
   // Scalar reference: n floats (a multiple of block_size) into this format;
-  // nullptr for the K-quants (read, never written).
-  void (*from_float)(const float* src, void* dst, int64_t n, QuantMethod method);
-  Type act_type;       // the format activations are quantized to for its matmul
-  Repack repack;       // the layout the kernels prefer, none if they read GGUF's
-  bool weight;         // a weight type lilims reads from and writes to GGUF files
-  int file_type;       // general.file_type of a model stored in it (LLAMA_FTYPE_*); -1: none
+  // nullptr for a format lilims reads but does not write.
+  void (*from_float)(const float* src, void* dst, int64_t n, QuantMethod method) = nullptr;
+  // The search weighted by importance[j] (n non-negative floats): kQuantImatrix.
+  void (*from_float_weighted)(const float* src, void* dst, int64_t n, const float* importance) = nullptr;
+  BlockLevels levels = {};  // kQuantGptq
+  int file_type = -1;  // general.file_type of a model stored in it (LLAMA_FTYPE_*); -1: none
 };
 
 // The entry of a Type (every enumerator has one).
 const TypeTraits& traits(Type type);
-// Traits of a weight type lilims can read, or nullptr for any other GGML type
-// id (Q8_1 included: it only ever holds activations).
+// Every entry, in type id order.
+struct TraitsList {
+  const TypeTraits* first;
+  size_t size;
+  const TypeTraits* begin() const { return first; }
+  const TypeTraits* end() const { return first + size; }
+};
+TraitsList all_traits();
+// Traits of a weight type the kernels run, or nullptr for any other GGML
+// type id (Q8_1 included: it only ever holds activations).
 const TypeTraits* type_traits(uint32_t ggml_type);
-// The weight type named `name` (GGML's name, any case), or nullptr.
+// Traits of any type lilims can read from a file (run by the kernels, or
+// converted at load), or nullptr.
+const TypeTraits* readable_traits(uint32_t ggml_type);
+// The kernel weight type named `name` (GGML's name, any case), or nullptr.
 const TypeTraits* type_traits_by_name(const std::string& name);
-// GGML's name for any type id ("Q6_K", "BF16", ...), "type <id>" if unknown.
+// GGML's name for any type id ("Q6_K", "BF16", ...), "an unknown type" if unknown.
 const char* ggml_type_name(uint32_t ggml_type);
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t row_bytes(Type type, int64_t n);
+// The names of the types that offer quantizer q, or that can hold the KV
+// cache, in table order, joined by ", " ("F32, F16, Q8_0"): the lists of
+// types in messages.
+std::string type_names(Quantizer q);
+std::string kv_type_names();
+// Whether lilims offers quantizer q (a Quantizer bit) for `type`.
+inline bool can_quantize(Type type, Quantizer q) { return (traits(type).quantizers & q) != 0; }
 
 }  // namespace lilims::quant

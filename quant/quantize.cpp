@@ -323,40 +323,12 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
 }
 
 LevelRange level_range(Type type) {
-  switch (type) {
-    case Type::Q8_0:
-      return {-127, 127};
-    case Type::Q4_0:
-      return {-8, 7};
-    case Type::Q4_1:
-      return {0, 15};
-    default:
-      return {};
-  }
+  const BlockLevels& l = traits(type).levels;
+  return l.set ? LevelRange{l.lo, l.hi} : LevelRange{};
 }
 
 void set_block_levels(Type type, void* block, const int* q) {
-  switch (type) {
-    case Type::Q8_0: {
-      auto* b = static_cast<BlockQ8_0*>(block);
-      for (int j = 0; j < kBlock; ++j) b->q[j] = static_cast<int8_t>(q[j]);
-      break;
-    }
-    case Type::Q4_0: {
-      auto* b = static_cast<BlockQ4_0*>(block);
-      for (int j = 0; j < kBlock / 2; ++j) {
-        b->qs[j] = static_cast<uint8_t>((q[j] + 8) | ((q[j + kBlock / 2] + 8) << 4));
-      }
-      break;
-    }
-    case Type::Q4_1: {
-      auto* b = static_cast<BlockQ4_1*>(block);
-      for (int j = 0; j < kBlock / 2; ++j) b->qs[j] = static_cast<uint8_t>(q[j] | (q[j + kBlock / 2] << 4));
-      break;
-    }
-    default:
-      break;
-  }
+  if (const auto set = traits(type).levels.set) set(block, q);
 }
 
 void q4_0_search_weights(const float* x, float* w, int64_t n) {
@@ -416,34 +388,36 @@ void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
-bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n, const float* importance) {
-  switch (type) {
-    case Type::Q8_0:
-      for (int64_t i = 0; i < n / kBlock; ++i) {
-        searched_block(src + i * kBlock, importance + i * kBlock, static_cast<BlockQ8_0*>(dst)[i],
-                       plain_q8_0, search_q8_0);
-      }
-      return true;
-    case Type::Q4_0:
-      for (int64_t i = 0; i < n / kBlock; ++i) {
-        searched_block(src + i * kBlock, importance + i * kBlock, static_cast<BlockQ4_0*>(dst)[i],
-                       plain_q4_0, search_q4_0);
-      }
-      return true;
-    case Type::Q4_1:
-      for (int64_t i = 0; i < n / kBlock; ++i) {
-        searched_block(src + i * kBlock, importance + i * kBlock, static_cast<BlockQ4_1*>(dst)[i],
-                       plain_q4_1, search_q4_1);
-      }
-      return true;
-    default:
-      return quantize_row(type, src, dst, n, QuantMethod::search);
+void quantize_row_q8_0_weighted(const float* x, BlockQ8_0* y, int64_t n, const float* importance) {
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    searched_block(x + i * kBlock, importance + i * kBlock, y[i], plain_q8_0, search_q8_0);
   }
+}
+
+void quantize_row_q4_0_weighted(const float* x, BlockQ4_0* y, int64_t n, const float* importance) {
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    searched_block(x + i * kBlock, importance + i * kBlock, y[i], plain_q4_0, search_q4_0);
+  }
+}
+
+void quantize_row_q4_1_weighted(const float* x, BlockQ4_1* y, int64_t n, const float* importance) {
+  for (int64_t i = 0; i < n / kBlock; ++i) {
+    searched_block(x + i * kBlock, importance + i * kBlock, y[i], plain_q4_1, search_q4_1);
+  }
+}
+
+bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n, const float* importance) {
+  const TypeTraits& t = traits(type);
+  if (t.type != type || !(t.quantizers & kQuantImatrix)) {
+    return quantize_row(type, src, dst, n, QuantMethod::search);
+  }
+  t.from_float_weighted(src, dst, n, importance);
+  return true;
 }
 
 bool quantize_row(Type type, const float* src, void* dst, int64_t n, QuantMethod method) {
   const TypeTraits& t = traits(type);
-  if (t.type != type || !t.weight || !t.from_float) return false;
+  if (t.type != type || !(t.quantizers & kQuantPlain)) return false;
   t.from_float(src, dst, n, method);
   return true;
 }

@@ -41,9 +41,9 @@
 namespace lilims::quant {
 
 // src: n floats; dst: the row in `type`'s layout (row_bytes(type, n) bytes).
-// n must be a multiple of the type's block size.  The weight types
-// (traits(type).weight: F32, F16, Q4_0, Q4_1, Q5_0, Q8_0; F32/F16/Q5_0
-// ignore the method); returns false for another type.
+// n must be a multiple of the type's block size.  The types with
+// kQuantPlain (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0; F32/F16/Q5_0 ignore the
+// method); returns false for another type.
 bool quantize_row(Type type, const float* src, void* dst, int64_t n,
                   QuantMethod method = QuantMethod::plain);
 
@@ -52,7 +52,10 @@ bool quantize_row(Type type, const float* src, void* dst, int64_t n,
 // measured better on SmolLM2: KLD 0.135 vs 0.149 with their product) (importance: n non-negative floats, e.g. the mean squared activation
 // of each input column, `lilims imatrix`).  Per block the search starts
 // from the plain block, so its weighted error is never above plain's; the
-// weighted fits can clip an outlier in a column that carries no weight.  F32/F16 ignore the weights; false for a non-weight type.
+// weighted fits can clip an outlier in a column that carries no weight.
+// The types with kQuantImatrix (their from_float_weighted); another
+// quantizable type is quantized by the unweighted search, F32/F16 ignore the
+// weights; false for a type without kQuantPlain.
 bool quantize_row_weighted(Type type, const float* src, void* dst, int64_t n,
                            const float* importance);
 
@@ -68,18 +71,18 @@ inline int round_clamp(float v, int lo, int hi) {
   return static_cast<int>(static_cast<double>(v) + (v < 0 ? -0.5 : 0.5));
 }
 
-// The integer levels a block of `type` holds, lo <= q <= hi: Q8_0
-// [-127, 127] (int8 could hold -128; the quantizers never write it), Q4_0
-// [-8, 7] (nibble - 8), Q4_1 [0, 15].  {0, 0} for a type set_block_levels
-// does not write.
+// The integer levels a block of `type` holds, lo <= q <= hi (its traits'
+// levels): Q8_0 [-127, 127] (int8 could hold -128; the quantizers never
+// write it), Q4_0 [-8, 7] (nibble - 8), Q4_1 [0, 15].  {0, 0} for a type
+// without levels.
 struct LevelRange {
   int lo = 0, hi = 0;
 };
 LevelRange level_range(Type type);
 
 // Writes the 32 levels q (each within level_range(type)) into one block of
-// `type`; its scale (and minimum) stay as they are.  Another type: nothing
-// is written.
+// `type`; its scale (and minimum) stay as they are.  A type without levels:
+// nothing is written.
 void set_block_levels(Type type, void* block, const int* q);
 
 // Q4_0's search weights without an imatrix, over a row of n values:
@@ -96,6 +99,10 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n,
 void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n, QuantMethod method);
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, QuantMethod method);
+// The weighted searches (quantize_row_weighted; their traits' from_float_weighted).
+void quantize_row_q8_0_weighted(const float* x, BlockQ8_0* y, int64_t n, const float* importance);
+void quantize_row_q4_0_weighted(const float* x, BlockQ4_0* y, int64_t n, const float* importance);
+void quantize_row_q4_1_weighted(const float* x, BlockQ4_1* y, int64_t n, const float* importance);
 // GGML's reference Q5_0 rounding (the only method: `search` gives the same
 // bytes): d = (signed value of max |x|) / -16, q = min(31, trunc(x / d + 16.5)).
 void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n);

@@ -36,16 +36,27 @@
 
 namespace lilims::quant {
 
-constexpr int kLayoutGguf = 0;  // GGUF row-major blocks
-constexpr int kLayoutX4 = 1;    // 4-row groups, 8-byte chunks
-constexpr int kLayoutX16 = 2;   // 16-row groups, 4-byte chunks
+// A layout's geometry: G rows per group, C-byte chunks (kLayoutGguf: 1 row, no chunks).
+struct LayoutTraits {
+  int layout;
+  const char* name;  // "x4", "x16" (pre-laid type names: "Q4_0x4"); "" for kLayoutGguf
+  int group_rows;    // G
+  int chunk_bytes;   // C
+};
+const LayoutTraits& layout_traits(int layout);
 
+// Q4_0 quant bytes in kLayoutX4 as aarch64 builds write them: each nibble q
+// becomes the 4-bit two's complement of q - 8.
+constexpr uint8_t kQ4_0X4XorArm = 0x88;
 #if defined(__aarch64__)
-constexpr uint8_t kQ4_0X4Xor = 0x88;
+constexpr uint8_t kQ4_0X4Xor = kQ4_0X4XorArm;  // as this build writes them
 #else
 constexpr uint8_t kQ4_0X4Xor = 0x00;
 #endif
 constexpr uint8_t kQ8_0X16Xor = 0x80;
+// The largest block of a format any layout holds (tests/quant/test_traits.cpp
+// checks every entry against it).
+constexpr size_t kMaxPackedBlockBytes = 64;
 
 struct BlockQ8_0x4 {
   uint16_t d[4];      // fp16 scales of rows 0..3
@@ -97,12 +108,11 @@ struct BlockQ4_1x16 {
 };
 static_assert(sizeof(BlockQ4_1x16) == 320, "Q4_1x16 block is 320 bytes");
 
-// True for the types the interleaved layouts hold (traits(type).repack ==
-// Repack::x4: Q8_0, Q4_0, Q4_1).
-bool repackable_x4(Type type);
-// True when `layout` (not kLayoutGguf) holds `type`: the x4 types in both,
-// Q5_0 (Repack::x16) in kLayoutX16 only.
+// True when `layout` (not kLayoutGguf) holds `type` (its traits' packing):
+// Q8_0, Q4_0 and Q4_1 in both, Q5_0 in kLayoutX16 only.
 bool repackable(Type type, int layout);
+// The XOR on `type`'s quant bytes in `layout` as this build writes them.
+uint8_t packed_xor(Type type, int layout);
 // Rows per group of a layout: 1 (GGUF), 4, 16.
 int layout_group_rows(int layout);
 // Bytes of the repacked matrix (rows rounded up to a multiple of G); 0 for a

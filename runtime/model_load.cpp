@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/memory_info.h"
 #include "models/arch.h"
-#include "quant/dequant_ref.h"
+#include "quant/repack.h"
 #include "runtime/engine.h"
 #include "runtime/manifest.h"
 #include "tokenizer/chat.h"
@@ -30,9 +30,13 @@ void report(const ModelOptions& opt, float fraction) {
   }
 }
 
-bool is_block_type(uint32_t t) {
-  return t == (uint32_t)quant::Type::Q8_0 || t == (uint32_t)quant::Type::Q4_0 ||
-         t == (uint32_t)quant::Type::Q4_1 || t == (uint32_t)quant::Type::Q5_0;
+// A kernel type some layout holds: a load may repack it into a copy.
+bool repackable_type(uint32_t t) {
+  const quant::TypeTraits* tt = quant::type_traits(t);
+  for (int layout = quant::kLayoutGguf + 1; tt && layout < quant::kLayoutCount; ++layout) {
+    if (quant::repackable(tt->type, layout)) return true;
+  }
+  return false;
 }
 
 // Refuses, before anything large is allocated, what the budget (or the
@@ -66,7 +70,7 @@ uint64_t model_memory_estimate(const gguf::File& file, const ModelOptions& opt) 
     // head repacks the same tensor.
     const bool tied = file.find_tensor("output.weight") == nullptr;
     for (const gguf::TensorInfo& t : file.tensors()) {
-      if (t.ne.size() == 2 && is_block_type(t.type) && (tied || t.name != "token_embd.weight")) {
+      if (t.ne.size() == 2 && repackable_type(t.type) && (tied || t.name != "token_embd.weight")) {
         need += t.n_bytes;
       }
     }
@@ -76,9 +80,9 @@ uint64_t model_memory_estimate(const gguf::File& file, const ModelOptions& opt) 
   // kernel type; a tied output head makes a second one from the embedding.
   const bool tied_out = file.find_tensor("output.weight") == nullptr;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    const quant::DequantTraits* dq = quant::dequant_traits(t.type);
-    if (!dq || t.ne.size() != 2) continue;
-    const uint64_t copy = quant::row_bytes(dq->load_as, (int64_t)t.ne[0]) * t.ne[1];
+    const quant::TypeTraits* rt = quant::readable_traits(t.type);
+    if (!rt || rt->load_as == rt->type || t.ne.size() != 2) continue;
+    const uint64_t copy = quant::row_bytes(rt->load_as, (int64_t)t.ne[0]) * t.ne[1];
     need += (tied_out && t.name == "token_embd.weight") ? 2 * copy : copy;
   }
   // The tokenizer keeps each token's text, score and type (what the metadata

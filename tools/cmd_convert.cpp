@@ -13,7 +13,6 @@
 #include "models/convert_llama2c.h"
 #include "models/convert_peft.h"
 #include "runtime/constrain/tool_format.h"
-#include "models/requantize.h"
 #include "tools/cli.h"
 #include "tools/progress.h"
 
@@ -60,8 +59,9 @@ int convert_hf(const std::string& in, const std::string& out, const std::string&
   opt.name = name;
   if (!type_name.empty()) {
     const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(type_name);
-    if (!tt || lilims::gguf::file_type_of(tt->type) < 0) {
-      return lilims::cli::fail("convert", "unknown type '" + type_name + "' (F16, F32, Q8_0, Q4_0, Q4_1)");
+    if (!tt || !lilims::quant::can_quantize(tt->type, lilims::quant::kQuantPlain)) {
+      return lilims::cli::fail("convert", "unknown type '" + type_name + "' (" +
+                                              lilims::quant::type_names(lilims::quant::kQuantPlain) + ")");
     }
     opt.type = tt->type;
   }

@@ -9,7 +9,6 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "models/gguf.h"
-#include "quant/dequant_ref.h"
 #include "quant/prelaid.h"
 #include "quant/quant.h"
 #include "tools/cli.h"
@@ -156,14 +155,13 @@ int inspect_file(const std::string& path, bool all) {
   std::map<std::string, uint64_t> requantized_types;
   for (const auto& t : f->tensors()) {
     const bool prelaid = lilims::quant::prelaid_type(t.type, nullptr);
-    const bool readable = prelaid || lilims::quant::readable_type(t.type, nullptr);
+    const lilims::quant::TypeTraits* rt = lilims::quant::readable_traits(t.type);
+    const bool readable = prelaid || rt;
     const std::string type_name =
         prelaid ? lilims::quant::prelaid_type_name(t.type) : lilims::quant::ggml_type_name(t.type);
-    const lilims::quant::DequantTraits* dq = lilims::quant::dequant_traits(t.type);
-    if (dq && (!lilims::quant::type_traits(t.type) ||
-               !lilims::kernels::kept_at_load(static_cast<lilims::quant::Type>(t.type)))) {
+    if (rt && !lilims::kernels::kept_at_load(rt->type)) {  // converted to its load_as
       ++requantized;
-      ++requantized_types[std::string(dq->name) + " -> " + lilims::quant::traits(dq->load_as).name];
+      ++requantized_types[std::string(rt->name) + " -> " + lilims::quant::traits(rt->load_as).name];
     }
     std::printf("  %-*s %-6s %-22s %14" PRIu64 " %14s\n", static_cast<int>(name_w),
                 name_text(t.name).c_str(), type_name.c_str(), shape_text(t.ne).c_str(),

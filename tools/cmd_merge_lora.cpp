@@ -50,7 +50,10 @@ int cmd_merge_lora(int argc, char** argv) {
   if (pos.size() != 3) return lilims::cli::fail("merge-lora", "expects BASE.gguf ADAPTER.gguf OUT.gguf (try --help)");
   if (type_name.empty()) return lilims::cli::fail("merge-lora", "--type is required (F32, F16, Q8_0, Q4_0, Q4_1)");
   const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(type_name);
-  if (!tt || !tt->weight) return lilims::cli::fail("merge-lora", "--type " + type_name + " is not F32, F16, Q8_0, Q4_0 or Q4_1");
+  if (!tt || !lilims::quant::can_quantize(tt->type, lilims::quant::kQuantPlain)) {
+    return lilims::cli::fail("merge-lora", "--type " + type_name + " is not one of " +
+                                               lilims::quant::type_names(lilims::quant::kQuantPlain));
+  }
   try {
     lilims::runtime::ModelOptions mo;
     mo.repack = false;

@@ -180,7 +180,8 @@ int cmd_quantize(int argc, char** argv) {
     }
   }
   if (!tt) {
-    return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (Q4_0, Q4_1, Q5_0, Q8_0, F16, F32)");
+    return lilims::cli::fail("quantize", "unknown type '" + pos[2] + "' (" +
+                                             lilims::quant::type_names(lilims::quant::kQuantPlain) + ")");
   }
   const Type type = tt->type;
   const std::string tn = tt->name;

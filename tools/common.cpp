@@ -50,11 +50,9 @@ bool CommonArgs::parse(const std::string& a, const std::function<const char*()>&
     else if (m == "oracle") mode = models::ExecMode::oracle_f32;
     else throw std::invalid_argument("--exec expects fast, ref or oracle");
   } else if (a == "--kv-type") {
-    const std::string t = next();
-    if (t == "f16") kv_type = quant::Type::F16;
-    else if (t == "q8_0") kv_type = quant::Type::Q8_0;
-    else if (t == "f32") kv_type = quant::Type::F32;
-    else throw std::invalid_argument("--kv-type expects f16, q8_0 or f32");
+    const quant::TypeTraits* t = quant::type_traits_by_name(next());
+    if (!t || !t->kv) throw std::invalid_argument("--kv-type expects one of " + quant::kv_type_names());
+    kv_type = t->type;
   } else if (a == "--chunk-layers") {
     chunk_layers = (int)cli::parse_int("--chunk-layers", next(), 1, 4096);
   } else if (a == "--kv-commit") {

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "base/fp16.h"
 
 namespace lilims::kernels {
 
@@ -22,25 +21,7 @@ void attention_load_row__ref(const AttentionArgs& a, const void* base, const flo
   }
   const uint8_t* p =
       static_cast<const uint8_t*>(base) + pos * a.kv_stride_bytes + attention_head_offset(a, g);
-  switch (a.kv_type) {
-    case quant::Type::F32:
-      std::memcpy(row, p, (size_t)d * 4);
-      break;
-    case quant::Type::F16: {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-      for (int i = 0; i < d; ++i) row[i] = fp16_to_fp32(h[i]);
-      break;
-    }
-    case quant::Type::Q8_0: {
-      const quant::BlockQ8_0* b = reinterpret_cast<const quant::BlockQ8_0*>(p);
-      for (int i = 0; i < d; ++i) {
-        row[i] = fp16_to_fp32(b[i / quant::kBlock].d) * b[i / quant::kBlock].q[i % quant::kBlock];
-      }
-      break;
-    }
-    default:
-      std::memset(row, 0, (size_t)d * 4);  // no other cache type exists
-  }
+  quant::traits(a.kv_type).to_float(p, row, d);
 }
 
 void attention__ref(const AttentionArgs& a, int head_begin, int head_end, float* scratch) {

@@ -74,8 +74,9 @@ TEST(DequantRef, MatchesGgufPackageBitForBit) {
   ASSERT_GE(cases.size(), 9u) << "tests/data/dequant_goldens.bin missing or malformed";
   std::map<std::string, int> covered;
   for (const GoldenCase& c : cases) {
-    ReadableType rt;
-    ASSERT_TRUE(readable_type(c.type, &rt)) << ggml_type_name(c.type);
+    const TypeTraits* t = readable_traits(c.type);
+    ASSERT_NE(t, nullptr) << ggml_type_name(c.type);
+    const TypeTraits& rt = *t;
     SCOPED_TRACE(std::string(rt.name) + " " + c.label);
     ASSERT_EQ(c.blocks.size() % rt.block_bytes, 0u);
     ASSERT_EQ(c.blocks.size() / rt.block_bytes * (size_t)rt.block_size, c.floats.size());
@@ -102,32 +103,24 @@ TEST(DequantRef, TraitsMatchGgmlGeometry) {
       {6, 32, 22}, {7, 32, 24}, {10, 256, 84}, {11, 256, 110}, {12, 256, 144},
       {13, 256, 176}, {14, 256, 210}, {20, 32, 18}, {30, 1, 2}};
   for (const auto& g : kGgml) {
-    const DequantTraits* t = dequant_traits(g.id);
+    const TypeTraits* t = readable_traits(g.id);
     ASSERT_NE(t, nullptr) << g.id;
     EXPECT_STREQ(t->name, ggml_type_name(g.id));
     EXPECT_EQ(t->block_size, g.bs) << t->name;
     EXPECT_EQ(t->block_bytes, g.bytes) << t->name;
-    EXPECT_TRUE(traits(t->load_as).weight) << t->name;
+    // Each converts at load (on CPUs without a kernel as fast, for the
+    // kernel types Q5_0 and the K-quants) into a kernel type.
+    EXPECT_NE(static_cast<uint32_t>(t->load_as), g.id) << t->name;
+    EXPECT_TRUE(traits(t->load_as).kernels) << t->name;
   }
-  // Kernel types that are always kept are not in this table; those the
-  // loader converts on CPUs without a fast kernel for them are, with the
-  // same geometry as their kernel traits (Q5_0: GGML's 32 elements in 22
-  // bytes; Q4_K, Q5_K, Q6_K); types with neither stay unreadable.
-  EXPECT_EQ(dequant_traits(2), nullptr);
-  EXPECT_EQ(dequant_traits(8), nullptr);
-  for (uint32_t id : {6u, 12u, 13u, 14u}) {
-    const DequantTraits* dq = dequant_traits(id);
-    const TypeTraits* kt = type_traits(id);
-    ASSERT_NE(dq, nullptr) << id;
-    ASSERT_NE(kt, nullptr) << id;
-    EXPECT_EQ(dq->block_size, kt->block_size) << id;
-    EXPECT_EQ(dq->block_bytes, kt->block_bytes) << id;
-    EXPECT_NE(static_cast<uint32_t>(dq->load_as), id);
-  }
-  EXPECT_EQ(type_traits(6)->block_size, 32);
-  EXPECT_EQ(type_traits(6)->block_bytes, 22u);
-  EXPECT_FALSE(readable_type(16, nullptr));  // IQ2_XXS
-  EXPECT_TRUE(readable_type(2, nullptr));
+  // Kernel types that are always kept have no conversion; types with neither
+  // kernels nor a dequantizer stay unreadable.
+  EXPECT_EQ(readable_traits(2)->load_as, Type::Q4_0);
+  EXPECT_EQ(readable_traits(8)->load_as, Type::Q8_0);
+  for (uint32_t id : {6u, 12u, 13u, 14u}) EXPECT_NE(type_traits(id), nullptr) << id;
+  for (uint32_t id : {7u, 10u, 11u, 20u, 30u}) EXPECT_EQ(type_traits(id), nullptr) << id;
+  EXPECT_EQ(readable_traits(16), nullptr);  // IQ2_XXS
+  EXPECT_EQ(readable_traits(9), nullptr);   // Q8_1: activations only
 }
 
 // Q4_K -> Q4_1 on every Q4_K golden (random and Gemma's): each element is
@@ -180,10 +173,10 @@ TEST(GemmaFile, EveryTensorDequantizesAsGgufDoes) {
     SCOPED_TRACE(t.name);
     const auto& g = golden["tensors"].at(t.name);
     EXPECT_EQ(g["type"].get<std::string>(), ggml_type_name(t.type));
-    ReadableType rt;
-    ASSERT_TRUE(readable_type(t.type, &rt));
+    const TypeTraits* rt = readable_traits(t.type);
+    ASSERT_NE(rt, nullptr);
     out.resize(t.n_elements);
-    rt.to_float(t.data, out.data(), (int64_t)t.n_elements);
+    rt->to_float(t.data, out.data(), (int64_t)t.n_elements);
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx",
                   (unsigned long long)XXH3_64bits(out.data(), out.size() * sizeof(float)));

@@ -56,8 +56,7 @@ const TypeRecipe kRecipes[] = {
 };
 
 std::vector<uint8_t> random_tensor(const TypeRecipe& r, int64_t n, std::mt19937& rng) {
-  quant::ReadableType t;
-  quant::readable_type(r.type, &t);
+  const quant::TypeTraits& t = *quant::readable_traits(r.type);
   const size_t n_blocks = (size_t)(n / t.block_size);
   std::vector<uint8_t> b(n_blocks * t.block_bytes);
   if (r.type == 30) {
@@ -117,12 +116,10 @@ Files make_models(uint32_t seed) {
     const std::vector<uint8_t> blocks = random_tensor(r, n, rng);
     kq.add_tensor(w.name, {w.cols, w.rows}, r.type, blocks.data(), blocks.size());
     std::vector<float> floats((size_t)n);
-    quant::ReadableType rt;
-    quant::readable_type(r.type, &rt);
-    rt.to_float(blocks.data(), floats.data(), n);
+    const quant::TypeTraits* dq = quant::readable_traits(r.type);
+    dq->to_float(blocks.data(), floats.data(), n);
     f32.add_tensor(w.name, {w.cols, w.rows}, 0, floats.data(), floats.size() * 4);
-    const quant::DequantTraits* dq = quant::dequant_traits(r.type);
-    if (!dq || kernels::kept_at_load((quant::Type)r.type)) {  // a kernel type this CPU runs as it is
+    if (kernels::kept_at_load(dq->type)) {  // a kernel type this CPU runs as it is
       loaded.add_tensor(w.name, {w.cols, w.rows}, r.type, blocks.data(), blocks.size());
       continue;
     }
@@ -240,7 +237,7 @@ TEST(RequantizedLoad, NoticeAndMemoryReport) {
           << kt->name << " is kept here";
       continue;
     }
-    const quant::DequantTraits* dq = quant::dequant_traits(w.type);
+    const quant::TypeTraits* dq = quant::readable_traits(w.type);
     heap += quant::row_bytes(dq->load_as, (int64_t)w.n);
     ++n_converted;
     if (!lines.empty()) {
