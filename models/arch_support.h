@@ -223,7 +223,7 @@ class Reader {
                                       std::to_string(w.cols) + " elements, not whole " +
                                       quant::traits(to).name + " blocks");
     }
-    auto bytes = std::make_shared<std::vector<uint8_t>>(convert_for_kernels(*src, t.data, w.rows, w.cols));
+    auto bytes = std::make_shared<std::vector<uint8_t>>(convert_for_kernels(*src, t.data, w.rows, w.cols, t.name));
     f_.drop_pages(t.data, t.n_bytes);
     w.copy_reason = std::string("re-quantized from ") + src->name + " to " + quant::traits(to).name +
                     " (no kernel reads " + src->name + ")";

@@ -72,7 +72,7 @@ Writer lay_out(const File& in, const std::string& target, LayOutStats* stats) {
     uint64_t n_bytes = t.n_bytes;
     std::vector<uint8_t> converted;
     if (weight && conv && p.layout == quant::kLayoutGguf && cols % quant::traits(conv->load_as).block_size == 0) {
-      converted = models::convert_for_kernels(*conv, t.data, rows, cols);
+      converted = models::convert_for_kernels(*conv, t.data, rows, cols, t.name);
       data = converted.data();
       type = (uint32_t)conv->load_as;
       n_bytes = converted.size();

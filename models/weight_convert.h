@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "quant/quant.h"
@@ -16,8 +17,12 @@ namespace lilims::models {
 
 // rows x cols elements of src's type at `data` (GGUF rows) as load_as rows.
 // cols must be a whole number of blocks of both types (checked by the
-// caller, who names the tensor).
+// caller, who names the tensor).  A block that holds a value that is not
+// finite (a NaN or infinite fp16 scale, or a BF16 infinity) throws
+// lilims::Error LILIMS_ERR_BAD_FORMAT naming tensor `name`, the row and the
+// block: a community file with such a block would otherwise run to NaN
+// logits with no word of why.
 std::vector<uint8_t> convert_for_kernels(const quant::TypeTraits& src, const uint8_t* data, int64_t rows,
-                                         int64_t cols);
+                                         int64_t cols, const std::string& name);
 
 }  // namespace lilims::models

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <random>
 
+#include "base/error.h"
 #include "base/fp16.h"
 #include "base/log.h"
 #include "kernels/cpu.h"
@@ -341,6 +342,63 @@ TEST(RequantizedLoad, LaidOutFileCopiesNothingAndMatches) {
       for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want_ref[i], kTolF32Ref) << i;
     }
   }
+}
+
+
+// A block whose scale is NaN or infinite (or a BF16 infinity) in a weight a
+// load converts: the load and `lilims quantize --layout` refuse it, naming
+// the tensor, row and block, instead of running to NaN logits.  Each
+// converted weight of the model in turn, a NaN in the middle of row 1.
+TEST(RequantizedLoad, NonFiniteBlockIsRefusedByName) {
+  const Files f = make_models(17);
+  auto file = gguf::File::from_bytes(f.kquant.data(), f.kquant.size());
+  int n_tried = 0;
+  size_t k = 0;
+  for (const gguf::TensorInfo& victim : file->tensors()) {
+    if (victim.ne.size() != 2) continue;
+    const TypeRecipe& r = kRecipes[k++ % (sizeof kRecipes / sizeof kRecipes[0])];
+    const quant::TypeTraits* kt = quant::type_traits(victim.type);
+    if (kt && kernels::kept_at_load(kt->type)) continue;  // read in place: no conversion to check it
+    ASSERT_EQ(victim.type, r.type) << victim.name;
+    const quant::TypeTraits& t = *quant::readable_traits(victim.type);
+    for (const uint16_t bad : {uint16_t(0x7E00), uint16_t(0xFC00)}) {  // fp16 NaN, -infinity
+      SCOPED_TRACE(victim.name + " (" + t.name + ")");
+      gguf::Writer w;
+      for (const gguf::KeyValue& kv : file->metadata()) w.add(kv.key, kv.value);
+      const size_t row = quant::row_bytes(t.type, (int64_t)victim.ne[0]);
+      const size_t blocks_per_row = (size_t)victim.ne[0] / t.block_size;
+      const size_t block = blocks_per_row / 2;
+      for (const gguf::TensorInfo& u : file->tensors()) {
+        std::vector<uint8_t> bytes(u.data, u.data + u.n_bytes);
+        if (&u == &victim) {
+          uint8_t* b = bytes.data() + row + block * t.block_bytes;
+          // BF16: an infinity or NaN of its own (the high half of the float's bits).
+          const uint16_t v = r.halves.empty() ? uint16_t(bad == 0x7E00 ? 0x7FC0 : 0xFF80) : bad;
+          std::memcpy(b + (r.halves.empty() ? 0 : r.halves[0].first), &v, 2);
+        }
+        w.add_tensor(u.name, u.ne, u.type, bytes.data(), bytes.size());
+      }
+      const std::vector<uint8_t> image = w.to_bytes();
+      const std::string want = "tensor " + victim.name + " (" + t.name + ") row 1, block " +
+                               std::to_string(block) + ": a value that is not finite";
+      try {
+        runtime::Model::open_memory(image.data(), image.size());
+        ADD_FAILURE() << "loaded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), LILIMS_ERR_BAD_FORMAT);
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      }
+      auto in = gguf::File::from_bytes(image.data(), image.size());
+      try {
+        gguf::lay_out(*in, "native");
+        ADD_FAILURE() << "laid out";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      }
+      ++n_tried;
+    }
+  }
+  EXPECT_GE(n_tried, 2 * 7);  // Q2_K, Q3_K, Q4_K (transcoded), Q5_1, IQ4_NL, BF16, and the ones this CPU converts
 }
 
 }  // namespace
