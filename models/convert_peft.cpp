@@ -1,6 +1,8 @@
 // PEFT LoRA adapter directory -> llama.cpp's GGUF LoRA (see convert_peft.h).
 #include "models/convert_peft.h"
 
+#include "models/low_rank.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "base/file.h"
 #include "base/nlohmann_json.h"
 #include "models/convert_hf.h"
+#include "models/low_rank.h"
 #include "models/safetensors.h"
 #include "quant/quantize.h"
 
@@ -181,6 +184,7 @@ struct Module {
   HfWeightName target;                   // where convert_hf_dir puts the module's weight
   const gguf::TensorInfo* base = nullptr;
   int64_t rank = 0;
+  double scale = 0.0;  // PEFT's: alpha_m / r_m, or alpha_m / sqrt(r_m) with use_rslora
 };
 
 std::vector<std::string> split_dots(const std::string& s) {
@@ -430,6 +434,15 @@ gguf::Writer convert_peft_dir(const std::string& dir, const std::string& base_pa
     const double alpha_m = a_pat ? a_pat->get<double>() : cfg.alpha;
     const double rank = static_cast<double>(m.rank);
     const double scale = alpha_m / (cfg.rslora ? std::sqrt(rank) : rank);
+    m.scale = scale;
+    if (opt.rank > 0) {
+      if (m.rank < opt.rank) {
+        fail(LILIMS_ERR_INVALID_ARGUMENT, "--rank " + std::to_string(opt.rank) + " is more than module " +
+                                              m.path + "'s rank " + std::to_string(m.rank));
+      }
+      if (scale == 0.0) fail(LILIMS_ERR_UNSUPPORTED, "module " + m.path + " has scale 0 (its alpha is 0)");
+      continue;  // the scales go into the factors: any per-module scale converts
+    }
     const double need = scale * rank;
     if (!alpha_from) {
       alpha = need;
@@ -443,12 +456,13 @@ gguf::Writer convert_peft_dir(const std::string& dir, const std::string& base_pa
                " (from lora_alpha, alpha_pattern, rank_pattern and use_rslora)");
     }
   }
+  if (opt.rank > 0) alpha = static_cast<double>(opt.rank);  // alpha / rank = 1
   if (alpha == 0.0) {
     fail(LILIMS_ERR_UNSUPPORTED,
          "the adapter's alpha is 0: PEFT's scale is 0, but llama.cpp reads an alpha of 0 "
          "as \"no alpha\" (scale 1)");
   }
-  if (notes && static_cast<float>(alpha) != static_cast<float>(cfg.alpha)) {
+  if (notes && opt.rank == 0 && static_cast<float>(alpha) != static_cast<float>(cfg.alpha)) {
     notes->push_back("adapter.lora.alpha = " + num(static_cast<float>(alpha)) +
                      ", not lora_alpha " + num(cfg.alpha) + ": with " +
                      (cfg.rslora ? "use_rslora" : "alpha_pattern") +
@@ -468,16 +482,32 @@ gguf::Writer convert_peft_dir(const std::string& dir, const std::string& base_pa
   out.add_string("adapter.type", "lora");
   out.add_f32("adapter.lora.alpha", static_cast<float>(alpha));
   if (!opt.tool_format.empty()) out.add_string("lilims.tool_format", opt.tool_format);
+  double least_kept = 2.0, kept_sum = 0.0;
+  std::string least_kept_module;
+  size_t n_truncated = 0;
   const int64_t n_head = base->get_int(arch + ".attention.head_count");
   const int64_t n_head_kv = base->get_int_or(arch + ".attention.head_count_kv", n_head);
   for (const gguf::TensorInfo& t : base->tensors()) {
     const auto it = by_target.find(t.name);
     if (it == by_target.end()) continue;
     const Module& m = *it->second;
-    const uint64_t r = static_cast<uint64_t>(m.rank);
+    uint64_t r = static_cast<uint64_t>(m.rank);
     std::vector<float> a = st_to_f32(*m.a);
     std::vector<float> b = st_to_f32(*m.b);
     const uint64_t a_cols = m.a->shape[1], b_rows = m.b->shape[0];
+    if (opt.rank > 0) {
+      LowRankFactors f = truncate_lora(b.data(), a.data(), (int64_t)b_rows, (int64_t)a_cols,
+                                       (int64_t)r, opt.rank, m.scale);
+      if (f.kept < least_kept) {
+        least_kept = f.kept;
+        least_kept_module = m.path;
+      }
+      kept_sum += f.kept;
+      ++n_truncated;
+      a.swap(f.a);
+      b.swap(f.b);
+      r = static_cast<uint64_t>(opt.rank);
+    }
     if (m.embedding) {
       // llama.cpp gathers rows of lora_a by token: (vocab, r), A transposed.
       std::vector<float> at(a.size());
@@ -494,6 +524,15 @@ gguf::Writer convert_peft_dir(const std::string& dir, const std::string& base_pa
       b = permute_rope_rows(b, b_rows, r, heads, m.b->name);
     }
     add_matrix(&out, t.name + ".lora_b", b, r, opt.type);
+  }
+  if (notes && n_truncated) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%.2f%% on average, %.2f%% at the least (", 100.0 * kept_sum / n_truncated,
+                  100.0 * least_kept);
+    notes->push_back("rank " + std::to_string(opt.rank) + ": each product B A cut to its best rank-" +
+                     std::to_string(opt.rank) + " approximation, keeping of its squared norm " + buf +
+                     least_kept_module + "); PEFT's scales are in the factors, adapter.lora.alpha = " +
+                     std::to_string(opt.rank));
   }
   return out;
 }

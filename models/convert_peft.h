@@ -50,6 +50,13 @@ struct PeftConvertOptions {
   // names), written as lilims.tool_format so that lilims uses it with the
   // adapter; empty: none.  llama.cpp ignores the key.
   std::string tool_format;
+  // When > 0: every module's product B A is cut to its best rank-`rank`
+  // approximation (models/low_rank.h) and written at that rank, PEFT's
+  // per-module scale multiplied into B and adapter.lora.alpha = rank (so
+  // llama.cpp's alpha / rank is 1).  A smaller file for the same adapter,
+  // up to the singular values dropped; per-module scales that no single alpha
+  // gives convert too.  Every module's rank must be at least this.
+  int64_t rank = 0;
 };
 
 // True when `dir` holds an adapter_config.json (a PEFT adapter directory).
@@ -77,7 +84,8 @@ bool is_peft_dir(const std::string& dir);
 //   adapter_model.bin: pickles are not read);
 // - LILIMS_ERR_INVALID_ARGUMENT: an adapter that does not fit the base: a
 //   module whose weight the base lacks, a shape other than the base
-//   weight's, a base that is itself an adapter, a type other than F32/F16;
+//   weight's, a base that is itself an adapter, a type other than F32/F16,
+//   opt.rank above a module's rank;
 // - from gguf::File::open for an unreadable base (LILIMS_ERR_IO, ...).
 // What converts but is worth saying (alpha folded from use_rslora or
 // alpha_pattern, full embedding weights skipped) is appended to *notes

@@ -2,7 +2,9 @@
 // llama2.c checkpoints to GGUF.
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -21,7 +23,7 @@ namespace {
 const char kUsage[] =
     "usage: lilims convert HF_DIR OUT.gguf [--type F16|F32|Q8_0|Q4_0|Q4_1] [--name NAME]\n"
     "       lilims convert PEFT_DIR OUT.gguf --base BASE.gguf [--type F32|F16] [--name NAME]\n"
-    "                      [--tool-format NAME]\n"
+    "                      [--tool-format NAME] [--rank K]\n"
     "       lilims convert IN.bin OUT.gguf [--tokenizer tok.bin] [--tied-output] [--name NAME]\n"
     "  HF_DIR         a Hugging Face model directory: config.json (LlamaForCausalLM incl.\n"
     "                 Llama 3's rope scaling, Qwen2ForCausalLM, Qwen3ForCausalLM,\n"
@@ -40,6 +42,9 @@ const char kUsage[] =
     "  --tool-format NAME  PEFT_DIR only: the tool format the adapter was trained with\n"
     "                 (generic, hermes, smollm2, llama3, phi4), stored as lilims.tool_format;\n"
     "                 `lilims run --tools --lora` then uses it\n"
+    "  --rank K       PEFT_DIR only: write each module's B A as its best rank-K approximation\n"
+    "                 (largest singular values kept; a smaller file; the share of each\n"
+    "                 product's squared norm kept is printed), PEFT's scales folded in\n"
     "  IN.bin         a llama2.c checkpoint (legacy version 0 or fp32 version 1)\n"
     "  --tokenizer    llama2.c tokenizer.bin for its vocabulary (without it the GGUF has no\n"
     "                 tokenizer.ggml.* metadata)\n"
@@ -85,9 +90,11 @@ int convert_hf(const std::string& in, const std::string& out, const std::string&
 }
 
 int convert_peft(const std::string& in, const std::string& out, const std::string& base,
-                 const std::string& type_name, const std::string& name, const std::string& tool_format) {
+                 const std::string& type_name, const std::string& name, const std::string& tool_format,
+                 int64_t rank) {
   lilims::models::PeftConvertOptions opt;
   opt.name = name;
+  opt.rank = rank;
   opt.tool_format = tool_format;
   if (!type_name.empty()) {
     const lilims::quant::TypeTraits* tt = lilims::quant::type_traits_by_name(type_name);
@@ -113,6 +120,7 @@ int convert_peft(const std::string& in, const std::string& out, const std::strin
 
 int cmd_convert(int argc, char** argv) {
   std::string in, out, tok, type_name, base, tool_format;
+  int64_t rank = 0;
   lilims::models::Llama2cOptions opt;
   bool progress = true, name_set = false;
   for (int k = 1; k < argc; ++k) {
@@ -135,6 +143,14 @@ int cmd_convert(int argc, char** argv) {
       } catch (const std::exception& e) {
         return lilims::cli::fail("convert", e.what());
       }
+    } else if (!std::strcmp(a, "--rank")) {
+      if (k + 1 >= argc) return lilims::cli::fail("convert", "--rank needs a value");
+      char* end = nullptr;
+      const long long v = std::strtoll(argv[++k], &end, 10);
+      if (!*argv[k] || *end || v < 1 || v > 65536) {
+        return lilims::cli::fail("convert", std::string("--rank ") + argv[k] + ": expected a whole number >= 1");
+      }
+      rank = v;
     } else if (!std::strcmp(a, "--tied-output")) {
       opt.write_tied_output = true;
     } else if (!std::strcmp(a, "--no-progress")) {
@@ -162,17 +178,19 @@ int cmd_convert(int argc, char** argv) {
         return lilims::cli::fail("convert", in + " is a PEFT adapter (it has adapter_config.json): "
                                             "name the model it adapts with --base BASE.gguf");
       }
-      return convert_peft(in, out, base, type_name, name_set ? opt.name : "", tool_format);
+      return convert_peft(in, out, base, type_name, name_set ? opt.name : "", tool_format, rank);
     }
-    if (!tool_format.empty()) return lilims::cli::fail("convert", "--tool-format is for PEFT adapter directories");
+    if (!tool_format.empty() || rank) {
+      return lilims::cli::fail("convert", "--tool-format and --rank are for PEFT adapter directories");
+    }
     if (!base.empty()) {
       return lilims::cli::fail("convert", "--base is for PEFT adapter directories (" + in +
                                               " has no adapter_config.json)");
     }
     return convert_hf(in, out, type_name, name_set ? opt.name : "", progress);
   }
-  if (!base.empty() || !tool_format.empty()) {
-    return lilims::cli::fail("convert", "--base and --tool-format are for PEFT adapter directories");
+  if (!base.empty() || !tool_format.empty() || rank) {
+    return lilims::cli::fail("convert", "--base, --tool-format and --rank are for PEFT adapter directories");
   }
   if (!type_name.empty()) {
     return lilims::cli::fail("convert",

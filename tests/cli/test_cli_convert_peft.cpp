@@ -37,6 +37,24 @@ TEST(CliConvertPeft, NotesWhatItSkips) {
       << c.describe();
 }
 
+// --rank K: a smaller file at rank K, the note says what share of each
+// product it kept, and the adapter loads and runs.
+TEST(CliConvertPeft, RankCut) {
+  const std::string full = tmp_path("peft_llama_r4.gguf"), cut = tmp_path("peft_llama_r2.gguf");
+  ASSERT_EQ(run({"convert", peft("llama"), full, "--base", tiny("llama")}).exit_code, 0);
+  const Result c = run({"convert", peft("llama"), cut, "--base", tiny("llama"), "--rank", "2"});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+  EXPECT_EQ(c.out, "");
+  EXPECT_NE(c.err.find("lilims convert: note: rank 2: each product B A cut to its best rank-2 approximation, "
+                       "keeping of its squared norm "),
+            std::string::npos)
+      << c.describe();
+  EXPECT_LT(std::filesystem::file_size(cut), std::filesystem::file_size(full) * 3 / 4);
+  const Result r = run({"run", "-m", tiny("llama"), "--lora", cut, "--raw", "-p", "Once upon a time", "-n", "4",
+                        "-t", "1", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+}
+
 TEST(CliConvertPeft, Errors) {
   const std::string out = tmp_path("peft_x.gguf");
   expect_failure(run({"convert", peft("llama"), out}), "convert",
@@ -49,6 +67,14 @@ TEST(CliConvertPeft, Errors) {
   expect_failure(run({"convert", source_path("tests/data/hf/llama"), out, "--base", tiny("llama")}),
                  "convert", "--base is for PEFT adapter directories");
   expect_failure(run({"convert", peft("llama"), out, "--base"}), "convert", "--base needs a value");
+  for (const char* bad : {"0", "-1", "two", "3x", ""}) {
+    expect_failure(run({"convert", peft("llama"), out, "--base", tiny("llama"), "--rank", bad}), "convert",
+                   "expected a whole number >= 1");
+  }
+  expect_failure(run({"convert", peft("llama"), out, "--base", tiny("llama"), "--rank", "5"}), "convert",
+                 "--rank 5 is more than module model.layers.");
+  expect_failure(run({"convert", source_path("tests/data/hf/llama"), out, "--rank", "2"}), "convert",
+                 "--tool-format and --rank are for PEFT adapter directories");
   EXPECT_FALSE(file_exists(out));
 }
 

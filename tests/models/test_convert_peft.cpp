@@ -7,6 +7,8 @@
 // the format cannot hold (broken copies made here) against clear errors.
 // The logits the adapters give (tests/data/peft/goldens.json) are for the
 // runtime's tests.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -420,6 +422,162 @@ TEST(ConvertPeftScale, OneAlphaForTheFile) {
     EXPECT_EQ(convert_status(d.path(), tiny("llama"), &what), LILIMS_ERR_UNSUPPORTED);
     EXPECT_NE(what.find("the adapter's alpha is 0"), std::string::npos) << what;
   }
+}
+
+// --rank K: each module's product (PEFT's scale included) against the
+// adapter's own, rebuilt here from the safetensors in double.  At K = r the
+// products come back to float rounding (1e-5 of the largest entry); below r
+// the kept part must be the best rank-K one, whose residual is orthogonal to
+// it: |P|^2 = |P'|^2 + |P - P'|^2 (to 1e-4 relative: float factors), and
+// a rank-K product (the tensors' shapes say K).
+struct Products {
+  std::map<std::string, std::vector<double>> by_weight;  // row-major n_out x n_in
+  std::map<std::string, size_t> cols;
+};
+
+Products peft_products(const std::string& dir, const std::string& arch, const std::map<std::string, double>& scale) {
+  Products out;
+  const auto st = SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  std::map<std::string, std::pair<const StTensor*, const StTensor*>> pairs;
+  std::map<std::string, bool> emb;
+  for (const auto& kv : st->tensors()) {
+    std::string module;
+    bool is_a = false, embedding = false;
+    if (!parse_key(kv.first, &module, &is_a, &embedding)) continue;
+    (is_a ? pairs[module].first : pairs[module].second) = &kv.second;
+    emb[module] = embedding;
+  }
+  for (const auto& kv : pairs) {
+    const std::string& module = kv.first;
+    std::vector<float> a = st_to_f32(*kv.second.first), b = st_to_f32(*kv.second.second);
+    const size_t r = kv.second.first->shape[0], n_in = kv.second.first->shape[1], n_out = kv.second.second->shape[0];
+    if (arch == "llama" && (module.find("q_proj") != std::string::npos || module.find("k_proj") != std::string::npos)) {
+      b = rope_rows(b, n_out, r);
+    }
+    double sc = 0.0;
+    for (const auto& p : scale) {
+      if (module.find(p.first) != std::string::npos) sc = p.second;
+    }
+    EXPECT_NE(sc, 0.0) << module;
+    std::vector<double> w(n_out * n_in, 0.0);
+    for (size_t o = 0; o < n_out; ++o) {
+      for (size_t j = 0; j < r; ++j) {
+        for (size_t n = 0; n < n_in; ++n) w[o * n_in + n] += sc * (double)b[o * r + j] * a[j * n_in + n];
+      }
+    }
+    const std::string weight = gguf_weight(arch, module);
+    out.by_weight[weight] = std::move(w);
+    out.cols[weight] = n_in;
+  }
+  return out;
+}
+
+// The products a converted adapter gives, alpha / rank included.
+Products gguf_products(const gguf::File& f, size_t want_rank) {
+  Products out;
+  const float alpha = f.find("adapter.lora.alpha")->f;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const size_t at = t.name.rfind(".lora_a");
+    if (at == std::string::npos) continue;
+    const std::string weight = t.name.substr(0, at);
+    const gguf::TensorInfo* tb = f.find_tensor(weight + ".lora_b");
+    EXPECT_TRUE(tb) << weight;
+    if (!tb) continue;
+    const float* a = reinterpret_cast<const float*>(t.data);
+    const float* b = reinterpret_cast<const float*>(tb->data);
+    const bool embedding = weight == "token_embd.weight";
+    // lora_b ne [k, n_out]; lora_a ne [n_in, k], or for the embedding [k, vocab] (vocab rows of k).
+    const size_t k = tb->ne[0], n_out = tb->ne[1], n_in = embedding ? t.ne[1] : t.ne[0];
+    EXPECT_EQ(k, want_rank) << weight;
+    EXPECT_EQ(embedding ? t.ne[0] : t.ne[1], k) << weight;
+    std::vector<double> w(n_out * n_in, 0.0);
+    for (size_t o = 0; o < n_out; ++o) {
+      for (size_t j = 0; j < k; ++j) {
+        for (size_t n = 0; n < n_in; ++n) {
+          const double av = embedding ? a[n * k + j] : a[j * n_in + n];
+          w[o * n_in + n] += (double)alpha / (double)k * b[o * k + j] * av;
+        }
+      }
+    }
+    out.by_weight[weight] = std::move(w);
+  }
+  return out;
+}
+
+std::unique_ptr<gguf::File> convert_rank(const std::string& dir, const std::string& base, int64_t rank,
+                                         std::vector<std::string>* notes) {
+  PeftConvertOptions opt;
+  opt.rank = rank;
+  const std::vector<uint8_t> image = convert_peft_dir(dir, base, opt, notes).to_bytes();
+  return gguf::File::from_bytes(image.data(), image.size());
+}
+
+void expect_rank_cut(const Products& full, const Products& cut, bool exact) {
+  ASSERT_EQ(full.by_weight.size(), cut.by_weight.size());
+  for (const auto& kv : full.by_weight) {
+    SCOPED_TRACE(kv.first);
+    const auto it = cut.by_weight.find(kv.first);
+    ASSERT_NE(it, cut.by_weight.end());
+    const std::vector<double>& p = kv.second;
+    const std::vector<double>& q = it->second;
+    ASSERT_EQ(p.size(), q.size());
+    double np = 0.0, nq = 0.0, nd = 0.0, peak = 0.0, worst = 0.0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      np += p[i] * p[i];
+      nq += q[i] * q[i];
+      nd += (p[i] - q[i]) * (p[i] - q[i]);
+      peak = std::max(peak, std::fabs(p[i]));
+      worst = std::max(worst, std::fabs(p[i] - q[i]));
+    }
+    if (exact) {
+      EXPECT_LE(worst, 1e-5 * peak);
+    } else {
+      EXPECT_NEAR(nq + nd, np, 1e-4 * np);
+      EXPECT_GT(nd, 1e-6 * np);  // the tiny adapters' random factors have full rank: something is cut
+    }
+  }
+}
+
+TEST(ConvertPeftRank, BestLowRankProducts) {
+  // The tiny adapters are rank 4, lora_alpha 8: scale 2.
+  std::vector<std::string> notes;
+  for (const char* name : {"llama", "llama_embed"}) {
+    SCOPED_TRACE(name);
+    const Products full = peft_products(peft_dir(name), "llama", {{"", 2.0}});
+    notes.clear();
+    const auto same = convert_rank(peft_dir(name), tiny("llama"), 4, &notes);
+    EXPECT_EQ(same->find("adapter.lora.alpha")->f, 4.0f);
+    expect_rank_cut(full, gguf_products(*same, 4), true);
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes.back().find("keeping of its squared norm 100.00% on average"), std::string::npos) << notes.back();
+    notes.clear();
+    const auto cut = convert_rank(peft_dir(name), tiny("llama"), 2, &notes);
+    EXPECT_EQ(cut->find("adapter.lora.alpha")->f, 2.0f);
+    expect_rank_cut(full, gguf_products(*cut, 2), false);
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes.back().find("rank 2: each product B A cut to its best rank-2 approximation"), std::string::npos)
+        << notes.back();
+  }
+  const Products phi3 = peft_products(peft_dir("phi3"), "phi3", {{"", 2.0}});
+  expect_rank_cut(phi3, gguf_products(*convert_rank(peft_dir("phi3"), tiny("phi3"), 4, nullptr), 4), true);
+  expect_rank_cut(phi3, gguf_products(*convert_rank(peft_dir("phi3"), tiny("phi3"), 3, nullptr), 3), false);
+
+  // Per-module scales one alpha cannot give convert with --rank: the scale is in B.
+  ScratchAdapter d("llama");
+  d.edit_config([](json& j) { j["alpha_pattern"] = {{"q_proj", 16}}; });
+  const Products mixed = peft_products(d.path(), "llama", {{"", 2.0}, {"q_proj", 4.0}});
+  expect_rank_cut(mixed, gguf_products(*convert_rank(d.path(), tiny("llama"), 4, nullptr), 4), true);
+
+  // A rank above the adapter's.
+  std::string what;
+  try {
+    convert_rank(peft_dir("llama"), tiny("llama"), 5, nullptr);
+  } catch (const Error& e) {
+    what = e.what();
+    EXPECT_EQ(e.status(), LILIMS_ERR_INVALID_ARGUMENT);
+  }
+  EXPECT_NE(what.find("--rank 5 is more than module model.layers."), std::string::npos) << what;
+  EXPECT_NE(what.find("'s rank 4"), std::string::npos) << what;
 }
 
 TEST(ConvertPeftErrors, Config) {
