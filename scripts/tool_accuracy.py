@@ -4,6 +4,7 @@
     python3 scripts/tool_accuracy.py [LILIMS RUN OPTIONS...]
     python3 scripts/tool_accuracy.py --tool-format generic
     python3 scripts/tool_accuracy.py --lora examples/tools/adapter.gguf
+    python3 scripts/tool_accuracy.py --data FILE.jsonl [LILIMS RUN OPTIONS...]
 
 Each line of tests/data/tools_heldout.jsonl ({"request", "tool": name or null,
 "arguments": the key arguments a correct call has}) runs as
@@ -15,6 +16,11 @@ key-argument accuracy (all key arguments right: strings compared lowercased,
 trimmed of spaces and final punctuation; numbers exactly) over the requests
 that have a tool, and how many of those without one got a call.  MODEL:
 $LILIMS_MODEL, else the cached SmolLM2-135M-Instruct Q4_1.
+
+--data FILE (first) scores other requests instead: lines of the held-out
+form, or lines scripts/finetune_tools/generate.py writes (`user`, `tool`,
+`arguments`: every argument counts as key), which is how choices about an
+adapter are made without looking at the held-out set.
 """
 import glob
 import json
@@ -48,9 +54,15 @@ def first_call(out):
 
 def main():
     extra = sys.argv[1:]
+    data = os.path.join(ROOT, "tests/data/tools_heldout.jsonl")
+    if extra[:1] == ["--data"] and len(extra) > 1:
+        data, extra = extra[1], extra[2:]
     tools = sorted(glob.glob(os.path.join(ROOT, "examples/tools/*.json")))
-    with open(os.path.join(ROOT, "tests/data/tools_heldout.jsonl"), encoding="utf-8") as fh:
+    with open(data, encoding="utf-8") as fh:
         rows = [json.loads(l) for l in fh if l.strip()]
+    for r in rows:
+        if "request" not in r:
+            r["request"] = r["user"]
     names = args_ok = with_tool = false_calls = no_tool = 0
     for r in rows:
         cmd = [os.path.join(ROOT, "build/lilims"), "run", "-m", MODEL, "-p", r["request"], "-n", "96", "--temp", "0",
