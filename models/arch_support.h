@@ -290,8 +290,19 @@ class Reader {
       }
     }
     f_.drop_pages(w.data, quant::prelaid_bytes(w.prelaid, w.rows, w.cols));
+    std::string reason = why;
+    if (!kernels::kept_at_load(w.type)) {
+      // Q5_0 in 16-row groups on a CPU without the VNNI kernel: what a load
+      // of the plain file would make of it.
+      const quant::TypeTraits& from = quant::traits(w.type);
+      bytes = std::make_shared<std::vector<uint8_t>>(
+          convert_for_kernels(from, bytes->data(), w.rows, w.cols, w.name));
+      w.type = from.load_as;
+      reason += std::string(", then re-quantized from ") + from.name + " to " + quant::traits(w.type).name;
+      if (!taken_.count(w.name)) ++requantized_[std::string(from.name) + " -> " + quant::traits(w.type).name];
+    }
     w.packed = kernels::pack_weight(w.type, bytes->data(), w.rows, w.cols, repack_, {}, threads_, &arena_);
-    w.copy_reason = why;
+    w.copy_reason = reason;
     if (w.packed.storage.empty()) {
       w.data = bytes->data();
       w.requantized = std::move(bytes);
