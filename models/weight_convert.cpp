@@ -42,7 +42,7 @@ std::vector<uint8_t> convert_for_kernels(const quant::TypeTraits& src, const uin
     } else {
       src.to_float(data + (size_t)r * src_row, row.data(), cols);
       bad = first_non_finite(row.data(), cols);
-      quant::quantize_row(to, row.data(), out, cols, quant::QuantMethod::plain);
+      if (bad < 0) quant::quantize_row(to, row.data(), out, cols, quant::QuantMethod::plain);
     }
     if (bad < 0) {
       dst.to_float(out, row.data(), cols);
