@@ -293,6 +293,11 @@ int chat_main(int argc, char** argv) {
       const size_t first = system_prompt.empty() ? 0 : 1;
       while (shift && n_positions > (size_t)session.n_ctx() / 2 && history.size() - first > 2) {
         history.erase(history.begin() + (ptrdiff_t)first, history.begin() + (ptrdiff_t)first + 2);
+        for (size_t k = first; k < first + 2; ++k) {
+          // A dropped turn's picture is never evaluated again: its pixels go
+          // (the slot stays, so the other turns' indices hold).
+          if (image_of[k] >= 0) images[(size_t)image_of[k]] = ChatImage{};
+        }
         image_of.erase(image_of.begin() + (ptrdiff_t)first, image_of.begin() + (ptrdiff_t)first + 2);
         std::tie(parts, n_positions) = render();
       }
@@ -303,7 +308,16 @@ int chat_main(int argc, char** argv) {
       std::vector<int32_t> ids = parts.size() == 1
                                      ? std::move(parts[0].ids)
                                      : prepare_parts(session, *projector, images, held, parts);
-      const runtime::GenerateResult r = session.generate_reusing_prefix(ids, gen);
+      runtime::GenerateOptions turn = gen;
+      if (shift) {
+        // A shift within the answer evaluates the rows it moves again from
+        // their ids, which a picture's rows do not have: this turn keeps the
+        // conversation up to its last picture (the chat's own dropping of
+        // whole turns, above, is what lets a picture go).
+        const auto last = std::find(ids.rbegin(), ids.rend(), runtime::Session::kEmbeddingRow);
+        if (last != ids.rend()) turn.n_keep = std::max(turn.n_keep, (int32_t)(ids.rend() - last));
+      }
+      const runtime::GenerateResult r = session.generate_reusing_prefix(ids, turn);
       std::fputc('\n', stdout);
       std::fflush(stdout);
       if (verbose) {

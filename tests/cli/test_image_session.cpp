@@ -520,6 +520,58 @@ TEST(CliImage, ChatImageTurnsMatchAFreshSession) {
   EXPECT_NE(no_projector.err.find("/image needs --mmproj"), std::string::npos) << no_projector.describe();
 }
 
+// With --context-shift, the exchange that holds the picture is dropped once
+// the conversation passes half the context; its pixels are released and the
+// chat goes on with the text turns, each answer that of a fresh session
+// over the turns kept (text only once the picture's turn is gone).
+TEST(CliImage, ChatDropsTheImageTurnAndGoesOn) {
+  const std::string ask = "Tell me more about the colours there, please.";
+  std::string input = "/image " + llava("img_landscape.png") + "\nWhat?\n";
+  for (int k = 0; k < 5; ++k) input += ask + "\n";
+  const cli::Result r = cli::run({"chat", "-m", llava("text.gguf"), "--mmproj", llava("mmproj.gguf"), "--template",
+                                  "chatml", "--system", "S", "-n", "4", "--temp", "0", "-t", "2", "-c", "256",
+                                  "--ctx-beyond-train", "--kv-type", "f32", "--context-shift"},
+                                 input);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  // Six answers, one a line.
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 6) << r.describe();
+
+  // The last answer against a fresh session over the text-only turns the
+  // chat kept: the same drops (oldest exchange first while the rendering
+  // passes 128 positions) replayed on the answers it printed.
+  std::vector<std::string> answers;
+  for (size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1) {
+    answers.push_back(r.out.substr(at, nl - at));
+  }
+  ASSERT_EQ(answers.size(), 6u);
+  auto model = runtime::Model::open(llava("text.gguf"));
+  std::vector<tok::ChatMessage> kept;
+  for (int k = 0; k < 5; ++k) {
+    kept.push_back({"user", ask});
+    kept.push_back({"assistant", answers[(size_t)k + 1]});
+  }
+  kept.pop_back();  // the last answer is the one to compare
+  std::vector<tok::ChatMessage> msgs = {{"system", "S"}};
+  msgs.insert(msgs.end(), kept.begin(), kept.end());
+  const auto positions = [&](const std::vector<tok::ChatMessage>& m) {
+    return model->tokenizer().encode(tok::apply_chat_template("chatml", m, true), true, true).size();
+  };
+  while (positions(msgs) > 128 && msgs.size() > 3) msgs.erase(msgs.begin() + 1, msgs.begin() + 3);
+  runtime::SessionOptions so;
+  so.n_ctx = 256;
+  so.allow_ctx_beyond_train = true;
+  so.n_threads = 2;
+  so.kv_type = quant::Type::F32;
+  runtime::Session session(*model, so);
+  runtime::GenerateOptions opt;
+  opt.max_tokens = 4;
+  opt.sampling.temperature = 0.0f;
+  const std::string want =
+      session.generate_tokens(model->tokenizer().encode(tok::apply_chat_template("chatml", msgs, true), true, true), opt)
+          .text;
+  EXPECT_EQ(answers.back(), want) << r.describe();
+}
+
 TEST(CliImage, RunRefusesBadImageArguments) {
   const std::string model = llava("text.gguf"), mmproj = llava("mmproj.gguf"), png = llava("img_landscape.png");
   cli::expect_failure(cli::run({"run", "-m", model, "--image", png, "-p", "x"}), "run", "--image needs --mmproj");
