@@ -69,7 +69,7 @@ if [ -z "${LILIMS_SKIP_ASAN:-}" ]; then
 fi
 
 if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
-  stage "ThreadSanitizer: thread pool, KV commits, runtime, batch engine, vision encoder, C API"
+  stage "ThreadSanitizer: thread pool, KV commits, runtime, batch engine, vision encoder, C API, Swift Engine"
   LILIMS_TARGETS="test_graph test_runtime test_models test_c_api test_c_api_contracts test_c_api_engine" \
     scripts/build.sh build-tsan "${sanitizer_flags[@]}" -DLILIMS_SANITIZE=thread \
     -DLILIMS_BUILD_BENCH=OFF -DLILIMS_BUILD_TESTS=ON -DLILIMS_BUILD_TOOLS=OFF -DLILIMS_WERROR=ON
@@ -96,6 +96,16 @@ if [ -z "${LILIMS_SKIP_TSAN:-}" ]; then
   # freeing with requests in flight and the stress run with delays.
   build-tsan/tests/c_api/test_c_api_engine --gtest_filter="-*SmolLM2*"
   unset TSAN_OPTIONS
+  # The Swift Engine's requests, cancels and continuations (Swift and the
+  # library both built with -fsanitize=thread; about a minute to build).
+  # Its own scratch directory outside the checkout: SwiftPM 6 fails a second
+  # run in a sanitizer scratch path inside the package ("unknown build
+  # description").
+  if command -v swift >/dev/null; then
+    swift_tsan=$(mktemp -d)
+    swift test --sanitize=thread --scratch-path "$swift_tsan" --filter 'EngineTests.test(Tasks|Cancel|Refusals)'
+    rm -rf "$swift_tsan"
+  fi
 fi
 
 

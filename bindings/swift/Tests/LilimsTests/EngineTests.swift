@@ -18,9 +18,9 @@ final class EngineTests: XCTestCase {
     return try await collect(session.generate(prompt: prompt, options: greedy(tokens)))
   }
 
-  /// More tasks than sequences and than cores, each answer equal to a
-  /// session's greedy answer for the same prompt, its pieces streamed in
-  /// order, its figures filled in.
+  /// More tasks than sequences and than cores, some readers slow, each
+  /// answer equal to a session's greedy answer for the same prompt, its
+  /// pieces streamed in order, its figures filled in.
   func testTasksShareTheEngine() async throws {
     let model = try Model(path: path)
     let prompts = ["Once upon a time", "The cat", "Lily and Ben", "One day", "The sun was",
@@ -34,7 +34,10 @@ final class EngineTests: XCTestCase {
       for (k, p) in prompts.enumerated() {
         group.addTask {
           let streamed = Pieces()
-          let r = try await engine.generate(prompt: p, options: greedy(24)) { streamed.append($0) }
+          let r = try await engine.generate(prompt: p, options: greedy(24)) { piece in
+            streamed.append(piece)
+            if k % 3 == 0 { usleep(UInt32(100 * (k + 1))) }  // a slow reader holds the engine's thread
+          }
           return (k, r, streamed.text)
         }
       }
