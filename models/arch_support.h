@@ -223,15 +223,22 @@ class Reader {
                                       std::to_string(w.cols) + " elements, not whole " +
                                       quant::traits(to).name + " blocks");
     }
-    auto bytes = std::make_shared<std::vector<uint8_t>>(convert_for_kernels(*src, t.data, w.rows, w.cols, t.name));
+    auto bytes = convert_rows(*src, t.data, w);
     f_.drop_pages(t.data, t.n_bytes);
     w.copy_reason = std::string("re-quantized from ") + src->name + " to " + quant::traits(to).name +
                     " (no kernel reads " + src->name + ")";
-    w.type = to;
     w.data = bytes->data();
     w.requantized = std::move(bytes);
+  }
+
+  // w's rows of src's type at `data` converted to src.load_as (w.type set
+  // to it), and the conversion counted.
+  std::shared_ptr<std::vector<uint8_t>> convert_rows(const quant::TypeTraits& src, const uint8_t* data, Weight& w) {
+    auto bytes = std::make_shared<std::vector<uint8_t>>(convert_for_kernels(src, data, w.rows, w.cols, w.name));
+    w.type = src.load_as;
     // A tied output reads the embedding again: one tensor, counted once.
-    if (!taken_.count(t.name)) ++requantized_[std::string(src->name) + " -> " + quant::traits(to).name];
+    if (!taken_.count(w.name)) ++requantized_[std::string(src.name) + " -> " + quant::traits(src.load_as).name];
+    return bytes;
   }
 
   // Why a plain weight was repacked (Weight::copy_reason).
@@ -295,11 +302,8 @@ class Reader {
       // Q5_0 in 16-row groups on a CPU without the VNNI kernel: what a load
       // of the plain file would make of it.
       const quant::TypeTraits& from = quant::traits(w.type);
-      bytes = std::make_shared<std::vector<uint8_t>>(
-          convert_for_kernels(from, bytes->data(), w.rows, w.cols, w.name));
-      w.type = from.load_as;
+      bytes = convert_rows(from, bytes->data(), w);
       reason += std::string(", then re-quantized from ") + from.name + " to " + quant::traits(w.type).name;
-      if (!taken_.count(w.name)) ++requantized_[std::string(from.name) + " -> " + quant::traits(w.type).name];
     }
     w.packed = kernels::pack_weight(w.type, bytes->data(), w.rows, w.cols, repack_, {}, threads_, &arena_);
     w.copy_reason = reason;
